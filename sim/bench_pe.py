@@ -140,6 +140,7 @@ class PERun:
     errors: list = field(default_factory=list)
     wall_seconds: float = 0.0
     first_cmd_cycle: int | None = None
+    o_cycles: list = field(default_factory=list)       # the cycle each o beat was taken
 
     @property
     def cycles(self) -> int:
@@ -247,7 +248,8 @@ class PEBench(CaseRecorder):
                           f"link words (expected {n_link})")
         o = [(raw & 1, raw >> 1) for raw in o_raw]          # kind in bit 0, data above
         return PERun(o=o, link_o=l_raw, start_cycle=start, end_cycle=end, errors=errors,
-                     wall_seconds=wall, first_cmd_cycle=cmd_log[0] if cmd_log else None)
+                     wall_seconds=wall, first_cmd_cycle=cmd_log[0] if cmd_log else None,
+                     o_cycles=o_cyc)
 
     # -- one program, all comparisons --
 
@@ -285,13 +287,15 @@ class PEBench(CaseRecorder):
                 mismatches += 1
                 continue
             kind, data = run.o[i]
+            when = f" ({streams.handshake_at(run.o_cycles[i])})" \
+                if i < len(run.o_cycles) else ""
             if kind != int(want.kind):
                 mismatches += 1
-                details.append(f"o beat {i}: kind {kind}, fsim {int(want.kind)}")
+                details.append(f"o beat {i}{when}: kind {kind}, fsim {int(want.kind)}")
             elif kind == OKind.DATA and data != want.data:
                 mismatches += 1
                 if len(details) < MAX_DETAILS:
-                    details.append(f"o beat {i}: DATA differs from fsim")
+                    details.append(f"o beat {i}{when}: DATA differs from fsim")
         for i, want in enumerate(ref.link_o):
             comparisons += 1
             if i >= len(run.link_o) or run.link_o[i] != want:

@@ -168,8 +168,7 @@ class TileBench(CaseRecorder):
             bad_ovf = rtl["overflow"][i] != ref["overflow"][i]
             bad_mode = int(rtl["mode"][i]) != int(ref["mode"][i])
             mismatches += int(bad_acc.sum()) + int(bad_ovf.sum()) + int(bad_mode)
-            when = f" (valid on o from {streams.edge_ns(result_cycles[i])} ns, taken at the " \
-                f"{streams.edge_ns(result_cycles[i] + 1)} ns edge)" \
+            when = f" (on o: {streams.handshake_at(result_cycles[i])})" \
                 if i < len(result_cycles) else ""
             for r, n in zip(*np.nonzero(bad_acc | bad_ovf)):
                 if len(details) < MAX_DETAILS:

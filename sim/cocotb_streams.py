@@ -15,7 +15,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 
-__all__ = ["CLOCK_NS", "cycle", "edge_ns", "start", "offer", "drive_ready", "monitor"]
+__all__ = ["CLOCK_NS", "cycle", "edge_ns", "handshake_at", "start", "offer", "drive_ready", "monitor"]
 
 #: Clock period of the benches (ns of simulation time).
 CLOCK_NS = 10
@@ -33,6 +33,12 @@ def edge_ns(c: int) -> int:
     valid and ready from ``edge_ns(c)`` and taken at the edge ``edge_ns(c + 1)``: what a
     waveform shows."""
     return c * CLOCK_NS + CLOCK_NS // 2
+
+
+def handshake_at(c: int) -> str:
+    """Where a waveform shows a handshake :func:`monitor` logged at cycle ``c``: ``"valid from
+    355 ns, taken at the 365 ns edge"`` (:func:`edge_ns`)."""
+    return f"valid from {edge_ns(c)} ns, taken at the {edge_ns(c + 1)} ns edge"
 
 
 async def start(dut, zero=(), *, settle: int = 1):
