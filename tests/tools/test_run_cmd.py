@@ -667,7 +667,7 @@ def test_a_reservation_takes_e_notation_and_units(capsys):
                               "--config", "paper-4gb", "--backend", "perf", "--kv-bytes",
                               "4GiB", "--dense-bytes", given)
         assert code == 2, (given, err)
-        assert f"--dense-bytes (1000000000) + --kv-bytes (4294967296) " in err, (given, err)
+        assert "--dense-bytes (1000000000) + --kv-bytes (4294967296) " in err, (given, err)
     with pytest.raises(SystemExit) as exc:
         main(["run", "--trace", "gsm8k", "--dense-bytes", "1.5"])
     assert exc.value.code == 2
