@@ -103,54 +103,55 @@ BYTES_MAX = 2**63 - 1
 def parse_bytes(name: str | None, text, *, error: type[Exception] = ValueError) -> int:
     """``text`` (a command line's string) as a whole number of bytes in 0..2^63 - 1: an
     integer (``4000000``, ``4_000_000``), a decimal number in e-notation that is whole
-    (``1e9``, ``1.5e9``), or either with a unit of :data:`BYTE_UNITS` (``512MiB``, ``1.5 GB``),
-    worked exactly (no rounding of long numbers).
+    (``1e9``, ``1.5e9``, ``1.e3``), or either with a unit of :data:`BYTE_UNITS` (``512MiB``,
+    ``1.5 GB``), worked exactly (no rounding of long numbers; at most 100 characters).
 
     Raises
     ------
     error (``ValueError`` unless given)
         ``"{name}: expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or 1.5GB), got
         '1.5'"`` (without ``name``, from "expected"), for a fraction of a byte, a negative or
-        no number; a unit in bits (``Gb``) and a count beyond 2^63 - 1 are named as such.
+        no number; a unit in bits (``Gb``), the ambiguous ``KB`` and a count beyond 2^63 - 1
+        are named as such.
     """
     from fractions import Fraction
     import re
     given = str(text)
+    shown = repr(given.strip()[:40]) + ("..." if len(given.strip()) > 40 else "")
     where = f"{name}: " if name else ""
     expected = (f"{where}expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or "
-                f"1.5GB), got {given[:40]!r}{'...' if len(given) > 40 else ''}")
-    match = re.fullmatch(r"\s*([0-9]+(?:_[0-9]+)*(?:\.[0-9]+(?:_[0-9]+)*)?|\.[0-9]+)"
-                         r"(?:[eE]([-+]?)([0-9]+))?\s*([A-Za-z]*)\s*", given, re.ASCII)
-    if match is None:
+                f"1.5GB), got {shown}")
+    beyond = f"{where}{shown}: beyond {BYTES_MAX:,} bytes"
+    match = re.fullmatch(r"\s*((?:[0-9]+(?:_[0-9]+)*)?(?:\.(?:[0-9]+(?:_[0-9]+)*)?)?)"
+                         r"(?:[eE]([-+]?[0-9]+))?\s*([A-Za-z]*)\s*", given, re.ASCII)
+    if len(given) > 100 or match is None or not re.search(r"[0-9]", match[1]):
         raise error(expected)
-    digits, unit = match[1].replace("_", ""), match[4]
-    beyond = f"{where}{given.strip()[:40]!r}: beyond {BYTES_MAX:,} bytes"
+    digits, unit = match[1].replace("_", ""), match[3]
     scale = 1
     if unit:
         key = next((u for u in BYTE_UNITS if u.lower() == unit.lower()), None)
         if key is None:
             raise error(expected)
         if unit[-1] != "B":
-            raise error(f"{where}{given.strip()!r}: {unit} is a unit of bits; bytes are "
-                        f"{key}")
+            raise error(f"{where}{shown}: {unit} is a unit of bits; bytes are {key}")
+        if unit == "KB":
+            raise error(f"{where}{shown}: KB is 1,000 or 1,024 bytes; write kB (1,000) or "
+                        f"KiB (1,024)")
         scale = BYTE_UNITS[key]
     whole, _, frac = digits.partition(".")
     whole, frac = whole.lstrip("0"), frac.rstrip("0")
-    if not (whole + frac).strip("0"):
-        return 0                                # 0, 0.000e30, 0e99999999999
-    if match[3] and len(match[3].lstrip("0")) > 9:      # an exponent of more than 9 digits
-        raise error(expected if match[2] == "-" else beyond)
-    exponent = int(f"{match[2]}{match[3]}") if match[3] else 0
-    # numbers are not built before their size is known (1e5000 would be): the leading digit
-    # beyond 10^25 is beyond 2^63 whatever the unit, and more than 60 digits are a fraction
-    # of a byte in practice (and beyond what int() reads of a string)
-    lead = len(whole) or -(len(frac) - len(frac.lstrip("0")))
-    if lead + exponent > 25:
+    if not whole + frac:
+        return 0                                # 0, 0.000e30, 0e99999
+    exponent = int(match[2] or 0)               # at most 100 characters: a small number
+    # numbers are not built before their size is known (1e90 x 1 TiB would be): the leading
+    # digit's place beyond 10^25 is beyond 2^63 whatever the unit, and below 10^-13 is below
+    # one byte whatever the unit (1 TiB is 1.1 x 10^12 bytes)
+    lead = (len(whole) or -(len(frac) - len(frac.lstrip("0")))) + exponent
+    if lead > 25:
         raise error(beyond)
-    if len(whole) + len(frac) > 60:
+    if lead < -13:
         raise error(expected)
-    value = Fraction(int(whole + frac or "0"), 10 ** len(frac)) * Fraction(10) ** exponent \
-        * scale
+    value = Fraction(int(whole + frac), 10 ** len(frac)) * Fraction(10) ** exponent * scale
     if value.denominator != 1:
         raise error(expected)
     if value > BYTES_MAX:

@@ -36,9 +36,10 @@ def edge_ns(c: int) -> int:
 
 
 def handshake_at(c: int) -> str:
-    """Where a waveform shows a handshake :func:`monitor` logged at cycle ``c``: ``"valid from
-    355 ns, taken at the 365 ns edge"`` (:func:`edge_ns`)."""
-    return f"valid from {edge_ns(c)} ns, taken at the {edge_ns(c + 1)} ns edge"
+    """Where a waveform shows a handshake :func:`monitor` logged at cycle ``c``: ``"valid and
+    ready from 355 ns, taken at the 365 ns edge"`` (:func:`edge_ns`; under backpressure the
+    beat may have been valid for cycles before ``ready`` rose)."""
+    return f"valid and ready from {edge_ns(c)} ns, taken at the {edge_ns(c + 1)} ns edge"
 
 
 async def start(dut, zero=(), *, settle: int = 1):

@@ -278,7 +278,8 @@ PE_COLUMNS = ("experts: the expert ids the routing trace sends the batch's token
 def _pe_run(console, arch, seed, waves, steps, failed, failed_tests, tests=PE_TESTS):
     """Steps 6 and 7: build the PE, run the trace-driven whole experts (``tests``: the
     variants :func:`_selected` picks; none, and the PE is not built). Returns the records
-    (empty when the build or the simulator failed; the failure is appended to ``failed``)."""
+    (empty when the build or the simulator failed; the failure is appended to ``failed``, the
+    names of failed cocotb tests to ``failed_tests``)."""
     from rich.markup import escape
     from ..sim.bench_pe import SYNTHETIC_NOTE, build_pe, default_routing, run_pe_bench
     from ..sim.bench_tile import counted as _count
@@ -346,7 +347,8 @@ def _tile_build(console, cfg, waves, steps):
     try:
         built = build_tile(cfg, waves=waves)
     except SimulationError as exc:
-        console.print(f"[bold red]Verilator build failed[/]: {escape(str(exc))}")
+        console.print(f"[2/{steps}] TensorTile: [bold red]Verilator build failed[/]: "
+                      f"{escape(str(exc))}")
         return None
     how = f"built in {built.seconds:.1f} s" if built.built else \
         f"reused (built earlier in {built.seconds:.1f} s)"
@@ -445,7 +447,7 @@ def run(args) -> int:
     pe_records = _pe_run(console, arch, seed, waves, steps, failed, failed_tests, pe_tests)
 
     console.print()
-    if any(tile_tests):
+    if any(tile_tests) and built is not None:
         console.print(summary_table(records, f"TensorTile {cfg.rows}x{cfg.lanes}x{cfg.group} "
                                              f"vs golden model (seed {seed})"))
     thr = next((r for r in records if r["case"] == "throughput"), None)

@@ -872,7 +872,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                     arch = build_arch(base, cfg)
                 except ConfigError as exc:
                     raise UserError(f"{where}: {exc}{_bandwidth_hint(exc, base)}"
-                                    f"{_range_hint(spec, base, cfg)}") from None
+                                    f"{_range_hint(spec, base, cfg, exc)}") from None
                 except TypeError as exc:                # dataclasses.replace on a bad name
                     raise UserError(f"{where}: {exc}") from None
                 fields.update({f: _field(arch, f) for f in CONFIG_FIELDS})
@@ -1019,21 +1019,24 @@ def _problems_text(problems: dict) -> str:
     return "\n".join(lines)
 
 
-def _range_hint(spec, base: str, cfg) -> str:
-    """What to do when a configuration refuses a point with a field drawn from a range: a
-    range draws any value in it, and some fields take only some (the HB capacity a
+def _range_hint(spec, base: str, cfg, exc) -> str:
+    """What to do when a configuration refuses (``exc``) a point with a field drawn from a
+    range: a range draws any value in it, and some fields take only some (the HB capacity a
     power-of-two number of rows, a tile shape that divides the width); ``""`` when no field of
-    the point is a range, or when the point is refused without its ranged values too (the
-    base preset's in their place): then a listed value is wrong, not the range (``pes: 10``
-    beside a ranged clock). Decided by building the point so, not by the message's words (a
-    per-channel capacity quotes neither the swept ``ext_bytes`` nor its name)."""
+    the point is a range, or when the point without its ranged values (the base preset's in
+    their place) is refused for the same reason: then a listed value is wrong, not the range
+    (``pes: 10`` beside a ranged clock). Decided by building the point so, not by the
+    message's words (a per-channel capacity quotes neither the swept ``ext_bytes`` nor its
+    name); a different refusal there (``pes: 6`` against the base's ``pes_per_group``, where
+    the range drew 5) still gets the hint."""
     ranged = _ranged_fields(spec, cfg)
     if not ranged:
         return ""
     try:
         build_arch(base, {k: v for k, v in cfg.items() if k not in ranged})
-    except (ConfigError, TypeError):
-        return ""
+    except Exception as other:          # advice only: never an error of its own
+        if str(other) == str(exc):
+            return ""
     return (f" ({', '.join(ranged)} drawn from a range, which takes any value in it: give "
             f"the values the configuration allows as a list, or drop the others with a "
             f"constraint)")

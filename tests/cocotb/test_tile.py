@@ -111,7 +111,7 @@ def test_a_mismatch_names_its_time_on_o_and_what_each_value_is():
     from elmoe3d.sim.cocotb_streams import CLOCK_NS
     from elmoe3d.sw.golden.datapath import Accumulator
     from elmoe3d.sim.cocotb_streams import handshake_at
-    assert handshake_at(0) == "valid from 5 ns, taken at the 15 ns edge"
+    assert handshake_at(0) == "valid and ready from 5 ns, taken at the 15 ns edge"
     zeros = np.zeros((2, 1, 2), np.int64)
     rtl = {"acc": zeros.copy(), "overflow": zeros.astype(bool), "mode": np.zeros(2, np.int64)}
     ref = {"acc": zeros.copy(), "overflow": zeros.astype(bool), "mode": np.zeros(2, np.int64)}
@@ -122,8 +122,8 @@ def test_a_mismatch_names_its_time_on_o_and_what_each_value_is():
     # edge at 355 ns (the clock starts low: edges at 5, 15, ... ns); the beat is taken at the
     # next edge, 365 ns (a review: "at 350 ns" named a time before valid rose)
     assert CLOCK_NS == 10
-    assert details == ["result 1 (on o: valid from 355 ns, taken at the 365 ns edge) row 0 "
-                       "lane 1: RTL acc 0 ovf False, ref_tile acc 5 ovf False"]
+    assert details == ["result 1 (on o: valid and ready from 355 ns, taken at the 365 ns edge) "
+                       "row 0 lane 1: RTL acc 0 ovf False, ref_tile acc 5 ovf False"]
     got = Accumulator(np.array([[1, 2]], np.int64), np.zeros((1, 2), bool))
     want = Accumulator(np.array([[1, 7]], np.int64), np.array([[False, True]]))
     details = []

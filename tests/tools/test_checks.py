@@ -242,9 +242,10 @@ def test_a_bool_is_not_a_size(call, words):
     ("4000000", 4_000_000), ("4_000_000", 4_000_000), (" 7 ", 7), ("0", 0),
     ("1e9", 10**9), ("1.5e9", 1_500_000_000), ("1E3", 1000),
     ("512MiB", 512 * 1024**2), ("1.5 GB", 1_500_000_000), ("1giB", 1024**3), ("2kB", 2000),
-    ("3KiB", 3072), ("0.5KB", 500), ("10B", 10), ("1TiB", 1024**4), ("0.0009765625KiB", 1),
+    ("3KiB", 3072), ("0.5kB", 500), ("10B", 10), ("1TiB", 1024**4), ("0.0009765625KiB", 1),
     ("0.000e30", 0), ("0e99999999999", 0), ("9223372036854775807", 2**63 - 1),
-    ("9.223372036854775807e18", 2**63 - 1), ("1." + "0" * 5000, 1)])
+    ("9.223372036854775807e18", 2**63 - 1), ("1." + "0" * 90, 1), ("1.", 1), ("1.e3", 1000),
+    ("1" + "0" * 60 + "e-45", 10**15), ("0." + "0" * 64 + "1e70", 10**5), ("1e-0", 1)])
 def test_parse_bytes_takes_integers_e_notation_and_units(text, out):
     value = parse_bytes("--dense-bytes", text)
     assert value == out and type(value) is int
@@ -253,7 +254,8 @@ def test_parse_bytes_takes_integers_e_notation_and_units(text, out):
 @pytest.mark.parametrize("text", ["1.5", "-1", "nan", "inf", "1e-3", "abc", "12 parsecs", "",
                                   "0x10", "1.0000001e3", "0.3KiB", "GB", "1 2", "1__0", "_1",
                                   "\uff11\uff12", "1.00000000000000000000000000001",
-                                  "1e-99999999999"])
+                                  "1e-99999999999", "1e-999999999", ".", ".e5", "e5", "kB",
+                                  "1500e-3"])
 def test_parse_bytes_refuses_a_fraction_of_a_byte_or_no_number(text):
     with pytest.raises(ValueError) as exc:
         parse_bytes("--kv-bytes", text)
@@ -268,13 +270,16 @@ def test_parse_bytes_refuses_a_fraction_of_a_byte_or_no_number(text):
     ("9223372036854775808", "'9223372036854775808': beyond 9,223,372,036,854,775,807 bytes"),
     ("1e1000000", "'1e1000000': beyond 9,223,372,036,854,775,807 bytes"),
     ("1e5000", "'1e5000': beyond 9,223,372,036,854,775,807 bytes"),
-    ("9" * 5000, f"'{'9' * 40}': beyond 9,223,372,036,854,775,807 bytes"),
+    ("9" * 5000, f"expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or 1.5GB), got "
+                 f"'{'9' * 40}'..."),
+    ("4KB", "'4KB': KB is 1,000 or 1,024 bytes; write kB (1,000) or KiB (1,024)"),
     ("12345678901234567890123456789", "'12345678901234567890123456789': beyond "
                                       "9,223,372,036,854,775,807 bytes")])
 def test_parse_bytes_names_bits_and_counts_beyond_int64(text, error):
     """A review: ``1e1000000`` raised decimal.Overflow (an internal error), ``1e5000`` int()'s
     4,300-digit limit, a 29-digit count was rounded to 28 digits, and ``8Gb`` (gigabits, a
-    DRAM datasheet's unit) was read as gigabytes."""
+    DRAM datasheet's unit) was read as gigabytes; a second review: ``1e-999999999`` built
+    10^999999999, and ``KB`` was read as 1,000 where the tool prints KB for 1,024."""
     with pytest.raises(ValueError) as exc:
         parse_bytes("--dense-bytes", text)
     assert str(exc.value) == f"--dense-bytes: {error}"

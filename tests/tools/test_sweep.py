@@ -1277,6 +1277,14 @@ def test_a_ranges_values_refused_alike_are_one_line(tmp_path, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "hb: capacity 150000000 B" in lines[0] and \
         "drawn from a range" not in lines[0], lines
+    # a second review: a listed pes refused against the base's pes_per_group (4) too, but for
+    # another reason than against the drawn 5: the range is the cause, the hint stays
+    group = _write(tmp_path, "sampling: random\nsamples: 6\nseed: 2\nbase: paper-4gb\n"
+                             "config:\n  pes: [6]\n  pes_per_group: {min: 2, max: 6}\n"
+                             "workload:\n  model: [qwen3-30b-a3b]\n", "group.yaml")
+    assert cli.main(["sweep", str(group), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all("(pes_per_group drawn from a range" in ln for ln in lines), lines
     floats = _write(tmp_path, "sampling: random\nsamples: 6\nbase: paper-4gb\nconfig:\n"
                               "  hb_bank_bytes: {min: 134217728.0, max: 536870912.0}\n"
                               "workload:\n  model: [qwen3-30b-a3b]\n", "floats.yaml")
