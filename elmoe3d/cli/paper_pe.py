@@ -101,8 +101,8 @@ def build_lines(arch, fig) -> list:
     """The build figures as report lines."""
     pe = arch.pe
     lines = [f"PE {arch.name}: tile {arch.tile.rows}x{arch.tile.lanes}x{arch.tile.group}, "
-             f"W = {pe.word_bits} bits, WMEM {arch.wmem_bytes // 1024} KB, IOMEM "
-             f"{arch.iomem_bytes // 1024} KB"]
+             f"W = {pe.word_bits} bits, WMEM {arch.wmem_bytes // 1024} KiB, IOMEM "
+             f"{arch.iomem_bytes // 1024} KiB"]
     if fig.get("reused"):
         here = fig.get("this_run", {})
         lines.append(f"  build reused: {fig.get('build_dir', here.get('build_dir'))}; figures "

@@ -301,7 +301,7 @@ def _pe_run(console, arch, seed, waves, steps, failed, failed_tests, tests=PE_TE
     how = f"built in {built.seconds:.1f} s" if built.built else \
         f"reused (built earlier in {built.seconds:.1f} s)"
     console.print(f"[{steps - 1}/{steps}] PE (tile {pe.rows}x{pe.lanes}, {pe.word_bits}-bit "
-                  f"words, WMEM {arch.wmem_bytes // 1024} KB): Verilog + Verilator "
+                  f"words, WMEM {arch.wmem_bytes // 1024} KiB): Verilog + Verilator "
                   f"{escape(str(built.build_dir))}/{built.toplevel}.v {how}"
                   + (f", {built.wave_format.upper()} waves" if built.waves else "")
                   + f"; {time.perf_counter() - t0:.1f} s")

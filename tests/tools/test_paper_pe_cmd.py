@@ -76,7 +76,7 @@ def test_figures_printed_and_json(monkeypatch, capsys, tmp_path):
     assert calls["run"]["modes"] == ["DRAFT", "FULL"] and calls["run"]["tokens"] == [1]
     assert calls["run"]["ld_rates"] == ["hb"]
     assert calls["build_kw"] == {"comb_check": False, "verilator_args": []}
-    for text in ("tile 16x32x32, W = 4096 bits, WMEM 32 KB, IOMEM 32 KB", "3000 s",
+    for text in ("tile 16x32x32, W = 4096 bits, WMEM 32 KiB, IOMEM 32 KiB", "3000 s",
                  "verilator_bin 3.00 GB, cc1plus 9.00 GB", "11.00 GB", "60,000 cycles",
                  "100 simulated cycles/s",
                  "90.0% of the memory roofline", "T=1, ld hb DRAFT (0.10 ld words/cycle)",

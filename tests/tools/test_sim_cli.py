@@ -82,7 +82,7 @@ def test_trace_driven_experts_pass_and_are_counted(fake, capsys, tmp_path):
     assert rc == 0, (out, err)
     (call,) = fake["pe_calls"]
     assert tuple(call["tests"]) == ("test_trace_moe",) and call["check"] is False
-    assert "[6/7] PE (tile 2x4, 512-bit words, WMEM 8 KB)" in out
+    assert "[6/7] PE (tile 2x4, 512-bit words, WMEM 8 KiB)" in out
     assert "[7/7] trace-driven whole experts on the PE, DRAFT and FULL" in out
     assert "2 cases, 562 values compared, 0 mismatches, ok" in out
     assert "gsm8k_2_routing.jsonl (top-2 of 8 per token)" in out
