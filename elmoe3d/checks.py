@@ -21,7 +21,7 @@ import numpy as np
 
 
 __all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int", "parse_int",
-           "parse_bytes", "BYTE_UNITS", "BYTES_MAX", "close_names", "did_you_mean"]
+           "parse_bytes", "BYTE_UNITS", "BYTES_MAX", "close_names", "did_you_mean", "meant"]
 
 
 def is_int(value, *, numpy: bool = True) -> bool:
@@ -183,6 +183,13 @@ def did_you_mean(key, known, given=(), *, only_one: bool = False) -> str:
     (:func:`close_names`), or nothing when none is; ``only_one``: nothing either when
     several are (``16gb`` is as close to ``4gb`` as to ``8gb``: no guess)."""
     close = close_names(key, known, given)
-    if not close or only_one and len(close) > 1:
+    if only_one and len(close) > 1:
         return ""
-    return f" (did you mean {' or '.join(map(repr, close))}?)"
+    return meant(close)
+
+
+def meant(names) -> str:
+    """`` (did you mean 'a' or 'b'?)`` for ``names`` (found by the caller's own matching), or
+    nothing when there are none: :func:`did_you_mean`'s words, written once."""
+    names = list(names)
+    return f" (did you mean {' or '.join(map(repr, names))}?)" if names else ""

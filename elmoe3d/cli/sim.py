@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import time
 
-from ..checks import close_names
+from ..checks import close_names, meant
 from ..config import ConfigError, preset, preset_key
 from ..errors import UserError
 from . import seed_type
@@ -145,8 +145,7 @@ def select_tests(patterns) -> set | None:
         short = {n.removeprefix("test_"): n for n in names}
         close = [short[h] for key in dict.fromkeys((low.split("/")[0], low))
                  for h in close_names(key.removeprefix("test_"), short)]
-        close = list(dict.fromkeys(close))[:3]
-        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        hint = meant(list(dict.fromkeys(close))[:3])
         raise UserError(f"--test {pat}: no test of this command has that name{hint}; "
                         f"--list-tests names them")
     return chosen
