@@ -56,10 +56,13 @@ def configure(parser):
     add_config_option(parser, "to simulate")
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
-    parser.add_argument("--waves", action="store_true",
+    parser.add_argument("--waves", nargs="?", const="named", choices=("named", "all"),
+                        default=None,
                         help="dump waveforms in each run folder: FST (dump.fst), or VCD "
                              "(dump.vcd, much larger) where the C++ compiler lacks the lz4 "
-                             "and zlib headers Verilator's FST writer needs")
+                             "and zlib headers Verilator's FST writer needs; every signal but "
+                             "Amaranth's anonymous temporaries ($1, $2, ...), or with "
+                             "'--waves all' those too (default: $WAVES, 1 or all)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write every case record to OUT (JSON; checked before the "
                              "run, written only when the run completes)")
@@ -302,8 +305,7 @@ def _pe_run(console, arch, seed, waves, steps, failed, failed_tests, tests=PE_TE
     console.print(f"[{steps - 1}/{steps}] PE (tile {pe.rows}x{pe.lanes}, {pe.word_bits}-bit "
                   f"words, WMEM {arch.wmem_bytes // 1024} KiB): Verilog + Verilator "
                   f"{escape(str(built.build_dir))}/{built.toplevel}.v {how}"
-                  + (f", {built.wave_format.upper()} waves" if built.waves else "")
-                  + f"; {time.perf_counter() - t0:.1f} s")
+                  + _waves_words(built) + f"; {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
     try:
         res = run_pe_bench(arch, tests=tests, seed=seed, built=built, check=False)
@@ -331,6 +333,16 @@ def _pe_run(console, arch, seed, waves, steps, failed, failed_tests, tests=PE_TE
     return res.records
 
 
+def _waves_words(built) -> str:
+    """What a build's line says of its waveform: ", VCD waves of the named signals" (or "of
+    every signal" with ``--waves all``), nothing when built without tracing."""
+    if not built.waves:
+        return ""
+    what = "every signal" if built.trace == "all" else \
+        "the named signals ('--waves all': Amaranth's $N temporaries too)"
+    return f", {built.wave_format.upper()} waves of {what}"
+
+
 def _tile_build(console, cfg, waves, steps):
     """Steps 1 and 2: the tile's Verilog, then its Verilator build (None, printed, when the
     build failed)."""
@@ -352,7 +364,7 @@ def _tile_build(console, cfg, waves, steps):
     how = f"built in {built.seconds:.1f} s" if built.built else \
         f"reused (built earlier in {built.seconds:.1f} s)"
     console.print(f"[2/{steps}] Verilator: {escape(str(built.build_dir))}/{built.toplevel}.v "
-                  f"{how}" + (f", {built.wave_format.upper()} waves" if built.waves else ""))
+                  f"{how}" + _waves_words(built))
     if built.wave_format == "vcd":
         console.print("      note: FST needs the lz4 and zlib headers (liblz4-dev, zlib1g-dev); "
                       "dumping VCD instead")
@@ -364,7 +376,7 @@ def run(args) -> int:
     from rich.markup import escape
     from ..sim.bench_tile import counted as _count, run_tile_bench
     from ..paths import ensure_build_root
-    from ..sim.runner import SimulationError, resolve_seed
+    from ..sim.runner import SimulationError, resolve_seed, waves_mode
 
     console = Console(highlight=False)
     if not console.is_terminal:            # logs and pipes: wide enough for the tables
@@ -384,7 +396,7 @@ def run(args) -> int:
     traces = _check_inputs()
     ensure_build_root()                     # a folder that cannot be written: one line, now
     seed = resolve_seed(args.seed)
-    waves = True if args.waves else None
+    waves = waves_mode(args.waves)
     console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"
                   f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
     every = None if benches is None else \

@@ -260,6 +260,61 @@ def test_waves_are_dumped(tiny_bench):
     assert plain.build_dir != result.build.build_dir and plain.wave_file is None
 
 
+def _traced_names(result) -> list[str]:
+    """The dotted names a run's VCD declares (``$scope``/``$var`` lines)."""
+    scopes, names = [], []
+    for line in result.waves_file.read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["$scope"]:
+            scopes.append(words[2])
+        elif words[:1] == ["$upscope"]:
+            scopes.pop()
+        elif words[:1] == ["$var"]:
+            names.append(".".join(scopes + [words[4]]))
+        elif words[:1] == ["$enddefinitions"]:
+            break
+    return names
+
+
+def test_waves_leave_out_anonymous_temporaries(tiny_bench):
+    """A traced build has every named signal but not Amaranth's anonymous ones (``$1``: the
+    stage's ``a + 1``, ``$2``: its next-state value) nor Yosys's ``$auto$...`` wire; ``"all"``
+    (``WAVES=all``) keeps them, in another build folder."""
+    named = runner.simulate(Staged(), name="tiny_staged", test_module=tiny_bench,
+                            testcase="passes", waves=True)
+    every = runner.simulate(Staged(), name="tiny_staged", test_module=tiny_bench,
+                            testcase="passes", waves="all")
+    assert (named.build.trace, every.build.trace) == ("named", "all")
+    assert named.build.build_dir != every.build.build_dir
+    assert (named.build.build_dir / "waves.vlt").read_text().splitlines() == [
+        "`verilator_config", 'tracing_off -scope "*.$*"']
+    assert not (every.build.build_dir / "waves.vlt").exists()
+    if named.build.wave_format != "vcd":
+        pytest.skip("the names are read from a VCD; this machine's Verilator writes FST")
+    kept = ["$rootio.a", "$rootio.b", "$rootio.clk", "$rootio.rst"] + [
+        f"tiny_staged.{n}" for n in ("a", "a$4", "b", "b$5", "clk", "rst", "stage.a", "stage.b",
+                                     "stage.clk", "stage.rst")]
+    assert sorted(_traced_names(named)) == kept
+    anonymous = set(_traced_names(every)) - set(kept)
+    assert {"tiny_staged.stage.$1", "tiny_staged.stage.$2"} <= anonymous
+    assert all(".$" in n for n in anonymous)
+
+
+@pytest.mark.parametrize("given, env, mode", [
+    (True, "", "named"), ("named", "all", "named"), ("all", "", "all"), (False, "1", None),
+    (None, "1", "named"), (None, "on", "named"), (None, "all", "all"), (None, "ALL", "all"),
+    (None, "", None), (None, "0", None)])
+def test_waves_mode(monkeypatch, given, env, mode):
+    monkeypatch.setenv("WAVES", env)
+    assert runner.waves_mode(given) == mode
+
+
+def test_waves_mode_refuses_other_values():
+    with pytest.raises(ValueError, match="waves: expected True, False, 'named' or 'all', "
+                                         "got 'every'"):
+        runner.waves_mode("every")
+
+
 # -- make variables, environment, runtime cache, run folders ---------------------------------
 
 def test_makeflags_reach_gnu_make(tmp_path):

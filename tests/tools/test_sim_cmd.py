@@ -7,6 +7,7 @@ lines without saying that the run failed."""
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,6 +194,40 @@ def test_mismatches_fail_and_waves_are_listed(fake_sim, capsys, tmp_path):
         assert f"waves: {tmp_path / 'runs' / test / 'dump.fst'}" in out
     assert "10 bit-exact comparisons on real MiniLM weights, 1 mismatch " in out
     assert out.rstrip().endswith("elmoe3d sim: FAILED (1 failure listed above; 1 mismatch)")
+
+
+@pytest.mark.parametrize("argv, env, trace, words", [
+    (["--waves"], "", "named", "FST waves of the named signals ('--waves all': Amaranth's $N "
+                               "temporaries too)"),
+    (["--waves", "all"], "", "all", "FST waves of every signal"),
+    (["--waves", "named"], "all", "named", "FST waves of the named signals"),
+    ([], "1", "named", "FST waves of the named signals"),
+    ([], "all", "all", "FST waves of every signal"),
+    ([], "", None, None)])
+def test_waves_mode_reaches_the_build_and_is_said(fake_sim, capsys, monkeypatch, argv, env,
+                                                  trace, words):
+    """``--waves`` (or ``WAVES=1``) traces the named signals, ``--waves all`` (``WAVES=all``)
+    Amaranth's anonymous temporaries too; the build line says which, and a whole run's
+    waveform is announced whether ``--waves`` or ``$WAVES`` asked for it."""
+    monkeypatch.setenv("WAVES", env)
+    plan = [([_record("minilm L0 up", "minilm")], {}), ([_record("random gemm", "random")], {}),
+            ([_record("throughput", "random", fraction=1.0, latency=3)], {})]
+    fake_sim(plan, waves=bool(trace))
+    asked = []
+
+    def build_tile(cfg, waves=None):
+        mode = runner.waves_mode(waves)
+        asked.append(mode)
+        return runner.Build("tile", "tensor_tile", Path("/b"), mode is not None, False, 2.0,
+                            "fst" if mode else None, mode)
+    monkeypatch.setattr(bench_tile, "build_tile", build_tile)
+    rc, out, err = sim_run(capsys, *argv)
+    assert rc == 0 and asked == [trace]
+    if words is None:
+        assert "FST waves" not in out and "note: --waves" not in out
+    else:
+        assert f"reused (built earlier in 2.0 s), {words}" in out
+        assert "note: --waves of every test dumps GBs" in out
 
 
 def test_a_truncated_routing_trace_is_refused_before_the_build(tmp_path, monkeypatch, capsys):
