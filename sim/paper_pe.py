@@ -65,11 +65,12 @@ def parse_tile(text: str) -> TileConfig:
         raise ValueError(f"tile {text!r}: {exc}") from None
 
 
-def paper_arch(config: str = "paper-4gb", tile=None) -> ArchConfig:
-    """The preset ``config`` (default the paper's 4 GB die), its tile replaced by ``tile``
-    (a :class:`TileConfig` or ``"RxLxG"``) when given: the memories, the PE group and the HB
-    rate stay the preset's. The name says the tile (``paper-4gb-t8x16x32``)."""
-    arch = preset(config)
+def paper_arch(config: str | ArchConfig = "paper-4gb", tile=None) -> ArchConfig:
+    """The preset ``config`` (default the paper's 4 GB die; or an :class:`ArchConfig`), its
+    tile replaced by ``tile`` (a :class:`TileConfig` or ``"RxLxG"``) when given: the
+    memories, the PE group and the HB rate stay the configuration's. The name says the tile
+    (``paper-4gb-t8x16x32``)."""
+    arch = config if isinstance(config, ArchConfig) else preset(config)
     if tile is None:
         return arch
     tile = parse_tile(tile) if isinstance(tile, str) else tile

@@ -83,6 +83,34 @@ def bytes_type(text) -> int:
     return parse_bytes(None, text, error=argparse.ArgumentTypeError)
 
 
+#: ``--config``'s metavar and the words of its help where a configuration file is taken.
+CONFIG_METAVAR = "NAME|FILE"
+CONFIG_FILE_HELP = ("or a configuration file of your own (.yaml, .yml or .toml: a base preset "
+                    "and the fields it changes, README \"Your own configuration\")")
+
+
+def config_arch(text, option: str = "--config"):
+    """The :class:`~elmoe3d.config.ArchConfig` that ``option``'s value names: a preset (any
+    case, :func:`~elmoe3d.config.preset`) or a configuration file (a name ending in
+    ``.yaml``, ``.yml`` or ``.toml``: :func:`~elmoe3d.sw.host.sweep_spec.load_config`).
+    Raises :class:`~elmoe3d.errors.UserError` naming ``option`` (and the file's every
+    mistake, a line each), with the closest preset names for an unknown one."""
+    from ..checks import did_you_mean
+    from ..config import PRESETS, preset, preset_key
+    if preset_key(text) in PRESETS:
+        return preset(text)
+    from ..sw.host.sweep_spec import TABLE_SUFFIXES, load_config
+    if str(text).lower().endswith(TABLE_SUFFIXES):
+        try:
+            return load_config(text)
+        except UserError as exc:
+            raise UserError("\n".join(f"{option} {line}" for line in str(exc).splitlines())) \
+                from None
+    raise UserError(f"{option} {text}: unknown configuration"
+                    f"{did_you_mean(str(text).lower(), PRESETS)}; expected one "
+                    f"of {', '.join(PRESETS)}, or a configuration file (.yaml, .yml, .toml)")
+
+
 def comma_items(text, option) -> list:
     """The items of ``option``'s comma-separated value, stripped. Raises
     :class:`~elmoe3d.errors.UserError` naming ``option`` for an empty value or an empty item

@@ -18,14 +18,17 @@ from __future__ import annotations
 import time
 
 from ..errors import UserError
-from . import comma_items, fill_defaults, given_options, seed_type
+from . import (CONFIG_FILE_HELP, CONFIG_METAVAR, comma_items, config_arch, fill_defaults,
+               given_options, seed_type)
 from .outputs import output_path, check_output, report_console, write_json
 
 
 def configure(parser):
     from ..config import preset_key
-    parser.add_argument("--config", default="paper-4gb", metavar="NAME", type=preset_key,
-                        help="configuration preset whose PE is built (default: paper-4gb)")
+    parser.add_argument("--config", default="paper-4gb", metavar=CONFIG_METAVAR,
+                        type=preset_key,
+                        help=f"configuration preset whose PE is built (default: paper-4gb), "
+                             f"{CONFIG_FILE_HELP}")
     parser.add_argument("--tile", default=None, metavar="RxLxG",
                         help="replace the preset's tile (e.g. 8x16x32), keeping its memories "
                              "and PE group")
@@ -206,13 +209,9 @@ def run(args) -> int:
     ensure_build_root()
     # a bad $ELMOE3D_SEED fails before the build, unless no run reads it
     seed = None if args.build_only else resolve_seed(args.seed)
-    from ..config import preset
+    base = config_arch(args.config)
     try:
-        preset(args.config)
-    except ConfigError as exc:
-        raise UserError(f"--config {args.config}: {exc}") from None
-    try:
-        arch = paper_arch(args.config, args.tile)
+        arch = paper_arch(base, args.tile)
     except (ConfigError, ValueError) as exc:
         raise UserError(f"--tile: {str(exc).removeprefix('tile: ')}") from None
     if args.fit:

@@ -413,7 +413,12 @@ def execute(args, *, progress_factory=None) -> dict:
 
     backend = _choice("--backend", args.backend, BACKENDS)
     schedule = _choice("--schedule", args.schedule, SCHEDULES)
-    args.config = _choice("--config", args.config, CONFIGS)
+    try:
+        args.config = _choice("--config", args.config, CONFIGS)
+    except UserError as exc:
+        raise UserError(f"{exc} (the configurations run takes; "
+                        f"another preset or a configuration file runs in elmoe3d sweep's perf "
+                        f"task, and elmoe3d verilog, synth and paper-pe take it)") from None
     from ..sim.traffic import BENCH_TRAFFIC
     # options of one backend or schedule only are refused elsewhere, not dropped
     if args.traffic is not None and backend != "rtl":

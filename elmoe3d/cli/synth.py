@@ -117,8 +117,9 @@ def _bundled_liberty() -> str:
 
 def configure(parser) -> None:
     from ..config import PRESETS
-    parser.add_argument("--config", metavar="NAME[,NAME...]", default="paper-4gb,paper-8gb",
-                        help=f"configuration presets ({', '.join(PRESETS)}), "
+    from . import CONFIG_FILE_HELP
+    parser.add_argument("--config", metavar="NAME|FILE[,...]", default="paper-4gb,paper-8gb",
+                        help=f"configuration presets ({', '.join(PRESETS)}) {CONFIG_FILE_HELP}, "
                              "comma-separated (default paper-4gb,paper-8gb)")
     parser.add_argument("--liberty", metavar="PATH", type=Path, default=None,
                         help="a Liberty cell library for area (default: the project's ASAP7 "
@@ -160,15 +161,11 @@ def _parse_int_list(text, option):
 
 
 def _configs(text):
-    from ..config import ConfigError, preset, preset_key
-    from . import comma_items
-    names = [preset_key(n) for n in comma_items(text, "--config")]
-    if len(set(names)) < len(names):
+    from . import comma_items, config_arch
+    archs = [config_arch(n) for n in comma_items(text, "--config")]
+    if len({a.name for a in archs}) < len(archs):
         raise UserError(f"--config: {text!r} names a configuration twice")
-    try:
-        return [preset(n) for n in names]
-    except ConfigError as exc:
-        raise UserError(f"--config: {exc}") from None
+    return archs
 
 
 def die_nodes(planner, arch, skipped):

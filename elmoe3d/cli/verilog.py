@@ -57,11 +57,13 @@ from .outputs import (atomic_outputs, check_distinct, check_output, check_output
 
 def configure(parser) -> None:
     from ..config import PRESETS, preset_key
+    from . import CONFIG_FILE_HELP, CONFIG_METAVAR
     parser.add_argument("block", nargs="?", default=None, metavar="BLOCK",
                         help="a block (elmoe3d blocks: die, pe, tile, vpu, ring, ...) or a top "
                              "class (LogicDie, PE, SwiGLUUnit, ...) of the die at --config")
-    parser.add_argument("--config", default="small", metavar="NAME", type=preset_key,
-                        help=f"configuration preset: {', '.join(PRESETS)} (default small)")
+    parser.add_argument("--config", default="small", metavar=CONFIG_METAVAR, type=preset_key,
+                        help=f"configuration preset: {', '.join(PRESETS)} (default small), "
+                             f"{CONFIG_FILE_HELP}")
     parser.add_argument("--list", action="store_true",
                         help="list the die's distinct block instances (count, parameters that "
                              "tell instances of one class apart) and exit")
@@ -134,11 +136,8 @@ def _check_name(name) -> None:
 
 
 def _arch(name):
-    from ..config import ConfigError, preset
-    try:
-        return preset(name)
-    except ConfigError as exc:
-        raise UserError(f"--config: {exc}") from None
+    from . import config_arch
+    return config_arch(name)
 
 
 def _label(entry, twins) -> str:

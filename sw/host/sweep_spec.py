@@ -71,13 +71,14 @@ from pathlib import Path
 import numpy as np
 
 from ...checks import close_names, did_you_mean, is_int
-from ...config import ArchConfig, ConfigError, PEOptions, TileConfig, preset
+from ...config import PRESETS, ArchConfig, ConfigError, PEOptions, TileConfig, preset
 from ...errors import UserError
 from ...paths import read_utf8
 from .paper_eval import HB_SIZES, TREE, ZIPF, ZIPF_MAX
 
 
 __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "build_arch",
+           "load_config", "read_table", "CONFIG_FILE_KEYS", "TABLE_SUFFIXES",
            "dropped_text",
            "compile_expr", "TASKS",
            "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
@@ -177,6 +178,84 @@ def build_arch(base: str, config: dict) -> ArchConfig:
     top["ext"] = dataclasses.replace(arch.ext, rows=None)
     # keep the preset's name: results name the base they came from
     return dataclasses.replace(arch, **top)
+
+
+#: The keys of a configuration file (:func:`load_config`).
+CONFIG_FILE_KEYS = ("base", "name", "config")
+#: What a configuration's own name may hold: it names build folders (``build/pe_<name>-...``)
+#: and the exported Verilog's modules (``elmoe3d_<class>_<name>``, ``-`` as ``_``).
+_CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def load_config(path) -> ArchConfig:
+    """The configuration a file describes: a sweep spec's ``base`` preset with its ``config``
+    fields replaced, one value each (``docs/sweep.md``; ``elmoe3d verilog``, ``synth`` and
+    ``paper-pe`` take it as ``--config FILE``)::
+
+        base: paper-4gb            # the preset the fields override (required)
+        name: my-8x16              # the configuration's name (default: the file's stem)
+        config:                    # CONFIG_FIELDS, one value each
+          pes: 8
+          tile: {rows: 8, lanes: 16}    # or tile.rows: 8
+          wmem_bytes: 65536
+
+    ``path``: a ``.yaml``, ``.yml`` or ``.toml`` file of UTF-8 text. Returns the
+    :class:`~elmoe3d.config.ArchConfig` under the name, its PE checked buildable (the
+    lanes and group rules of :attr:`~elmoe3d.config.ArchConfig.pe`). Raises
+    :class:`UserError` naming the file and, a line each, every key, field or value it
+    refuses (an unknown one with the closest known names; a list, as a sweep would take;
+    a value of the wrong type; a name that is a preset's or no file-name-safe identifier),
+    then a configuration :class:`~elmoe3d.config.ArchConfig` refuses."""
+    raw, _ = read_table(path, "configuration")
+    where = str(path)
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: expected a table of {', '.join(CONFIG_FILE_KEYS)}")
+    problems = [_unknown("key", k, CONFIG_FILE_KEYS, raw) + " (a configuration file; a "
+                "sweep's workload and tasks go in a spec: elmoe3d sweep)"
+                for k in raw if k not in CONFIG_FILE_KEYS]
+    base = raw.get("base")
+    if base is None:
+        problems.append(f"base: missing; the preset the fields override, one of "
+                        f"{', '.join(PRESETS)}")
+    else:
+        try:
+            base = preset(base).name
+        except ConfigError as exc:
+            problems.append(f"base: {exc}")
+            base = None
+    name = raw.get("name", Path(path).stem)
+    if not isinstance(name, str) or not _CONFIG_NAME.fullmatch(name):
+        problems.append(f"name: expected letters, digits, - and _ (it names build folders "
+                        f"and Verilog modules), got {name!r}"
+                        + ("" if "name" in raw else " (the file's stem; give a name:)"))
+    elif name.lower() in PRESETS:
+        problems.append(f"name: {name!r} is a preset's; name the configuration otherwise")
+    body = raw.get("config", {}) or {}
+    config = {}
+    if not isinstance(body, dict):
+        problems.append("config: expected a table of fields")
+        body = {}
+    for key, value in body.items():
+        items = [(f"tile.{k}", v) for k, v in value.items()] \
+            if key == "tile" and isinstance(value, dict) else [(key, value)]
+        for k, v in items:
+            if k not in CONFIG_FIELDS:
+                problems.append(f"config: {_unknown('field', k, CONFIG_FIELDS, body)}")
+            elif isinstance(v, (list, dict)):
+                problems.append(f"config.{k}: expected one value, got {v!r} (a list or range "
+                                f"is a sweep's axis: elmoe3d sweep)")
+            elif base is not None and (why := _type_problem(v, _field(_preset(base), k))):
+                problems.append(f"config.{k}: {why}")
+            else:
+                config[k] = v
+    if problems:
+        raise UserError("\n".join(f"{where}: {p}" for p in problems))
+    try:
+        arch = dataclasses.replace(build_arch(base, config), name=name)
+        arch.pe                                 # ConfigError if its PE cannot be built
+    except ConfigError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return arch
 
 
 # == the expression language ======================================================================
@@ -364,8 +443,21 @@ def load_spec(path) -> SweepSpec:
     """Read and check a spec file (``.yaml``, ``.yml`` or ``.toml``, UTF-8 text); raises
     :class:`UserError` naming the file (and the line, for a file that does not parse; the
     byte offset, for a file that is not UTF-8)."""
+    raw, text = read_table(path, "spec")
+    return parse_spec(raw, path=str(path), text=text)
+
+
+#: The suffixes of a spec or configuration file (:func:`read_table`).
+TABLE_SUFFIXES = (".yaml", ".yml", ".toml")
+
+
+def read_table(path, what: str) -> tuple:
+    """``(raw, text)`` of a YAML (``.yaml``, ``.yml``) or TOML file of UTF-8 text: what it
+    parses to and its text. ``what`` names it in the errors ("spec", "configuration"), each a
+    :class:`UserError` naming the file (and the line, for a file that does not parse; the byte
+    offset, for a file that is not UTF-8); a key given twice in one table is refused."""
     path = Path(path)
-    text = read_utf8(path, "spec")
+    text = read_utf8(path, what)
     suffix = path.suffix.lower()
     if suffix == ".toml":
         import tomllib
@@ -385,9 +477,9 @@ def load_spec(path) -> SweepSpec:
                 raise UserError(f"{path}{where}: {problem}") from None
             raise UserError(f"{path}{where}: not YAML ({problem})") from None
     else:
-        raise UserError(f"{path}: expected a .yaml, .yml or .toml spec, got "
+        raise UserError(f"{path}: expected a .yaml, .yml or .toml {what}, got "
                         f"{suffix or 'no suffix'!r}")
-    return parse_spec(raw, path=str(path), text=text)
+    return raw, text
 
 
 def _unique_key_loader(yaml):

@@ -143,7 +143,7 @@ def test_flat_to_standard_output(capsys):
     (["ringstation", "--instance", "1", "--flat", "--name", "logic"],
      "--name logic: a Verilog or SystemVerilog keyword"),
     (["pe", "--name", "elmoe3d_PE_0123456789"], "the form of the export's child module names"),
-    (["pe", "--config", "big"], "--config: unknown configuration 'big'"),
+    (["pe", "--config", "big"], "--config big: unknown configuration; expected one of"),
     (["pe", "--list"], "--list: takes no BLOCK"),
     (["--list", "--instance", ""], "--list: takes no BLOCK"),
     ([], "BLOCK: expected a block or class to export"),
