@@ -111,8 +111,9 @@ def parse_bytes(name: str | None, text, *, error: type[Exception] = ValueError) 
     error (``ValueError`` unless given)
         ``"{name}: expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or 1.5GB), got
         '1.5'"`` (without ``name``, from "expected"), for a fraction of a byte, a negative or
-        no number; a unit in bits (``Gb``), the ambiguous ``KB`` and a count beyond 2^63 - 1
-        are named as such.
+        no number; a unit in bits (``Gb``; all lowercase, ``4gb`` or ``4gib``, with both byte
+        units of its prefix: the paper writes 4 GiB of HB as 4gb), the ambiguous ``KB`` and a
+        count beyond 2^63 - 1 are named as such.
     """
     from fractions import Fraction
     import re
@@ -132,6 +133,14 @@ def parse_bytes(name: str | None, text, *, error: type[Exception] = ValueError) 
         key = next((u for u in BYTE_UNITS if u.lower() == unit.lower()), None)
         if key is None:
             raise error(expected)
+        if unit.islower() and len(unit) > 1:
+            # "4gb", "4gib": bits by the letter, but the paper's "4gb" (paper --hb 4gb) is
+            # bytes: name both byte units of the prefix, as for KB
+            dec, bin_ = (next(u for u in BYTE_UNITS if u.lower() == unit[0] + tail)
+                         for tail in ("b", "ib"))
+            raise error(f"{where}{shown}: a lowercase b is a bit; for bytes write {dec} "
+                        f"(10^{len(str(BYTE_UNITS[dec])) - 1}) or {bin_} "
+                        f"(2^{BYTE_UNITS[bin_].bit_length() - 1})")
         if unit[-1] != "B":
             raise error(f"{where}{shown}: {unit} is a unit of bits; bytes are {key}")
         if unit == "KB":

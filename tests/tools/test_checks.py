@@ -273,6 +273,13 @@ def test_parse_bytes_refuses_a_fraction_of_a_byte_or_no_number(text):
     ("9" * 5000, f"expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or 1.5GB), got "
                  f"'{'9' * 40}'..."),
     ("4KB", "'4KB': KB is 1,000 or 1,024 bytes; write kB (1,000) or KiB (1,024)"),
+    # all lowercase: bits by the letter, but the paper's "4gb" (paper --hb 4gb) is 4 GiB of
+    # bytes (a new user's trial: "4gb is a unit of bits" beside --hb 4gb read as bytes)
+    ("4gb", "'4gb': a lowercase b is a bit; for bytes write GB (10^9) or GiB (2^30)"),
+    ("4gib", "'4gib': a lowercase b is a bit; for bytes write GB (10^9) or GiB (2^30)"),
+    ("3kb", "'3kb': a lowercase b is a bit; for bytes write kB (10^3) or KiB (2^10)"),
+    ("1tb", "'1tb': a lowercase b is a bit; for bytes write TB (10^12) or TiB (2^40)"),
+    ("2Mb", "'2Mb': Mb is a unit of bits; bytes are MB"),
     ("12345678901234567890123456789", "'12345678901234567890123456789': beyond "
                                       "9,223,372,036,854,775,807 bytes")])
 def test_parse_bytes_names_bits_and_counts_beyond_int64(text, error):
