@@ -216,7 +216,7 @@ RUN_OPTIONS = ("scheduler", "workers", "dashboard", "no_progress", "no_plots")
 
 
 def run(args) -> int:
-    from ..sw.host.sweep import check_dashboard, check_scheduler, run_sweep
+    from ..sw.host.sweep import check_dashboard, check_out, check_scheduler, run_sweep
     from ..sw.host.sweep_spec import TASKS, dropped_text, expand, load_spec
     from ..sw.host.sweep_tasks import default_cache_dir
     from . import given_options
@@ -247,7 +247,9 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     console = report_console(110)
     say = plain_printer(console, soft_wrap=True)
+    out = args.out or Path("out") / f"sweep-{spec.name}"
     if args.check:
+        check_out(out, args.out is not None)      # the run's refusal, nothing made
         counts = {}
         points = expand(spec, counts)
         tasks = {k: sum(1 for p in points if p.tasks.get(k)) for k in TASKS}
@@ -266,9 +268,8 @@ def run(args) -> int:
         cache = Path(args.cache).resolve() if args.cache is not None else default_cache_dir()
         _calibration_notes(points, cache, say)
         _area_notes(points, cache, say)
-        _reuse_note(points, Path(args.out or Path("out") / f"sweep-{spec.name}"), say)
+        _reuse_note(points, Path(out), say)
         return 0
-    out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, out_given=args.out is not None, scheduler=args.scheduler,
                     workers=args.workers,
                     cache_dir=args.cache, progress=not args.no_progress,

@@ -61,7 +61,7 @@ from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem
 
 __all__ = ["run_sweep", "run_chunk", "auto_chunk", "MAX_CHUNK", "SweepRun", "ResultStore",
            "consolidate", "pareto_front", "pareto_plots", "comparable", "local_cluster",
-           "failed_row", "check_scheduler", "check_dashboard", "connect_scheduler",
+           "failed_row", "check_scheduler", "check_dashboard", "check_out", "connect_scheduler",
            "CONNECT_TIMEOUT"]
 
 
@@ -333,7 +333,7 @@ def _out_label(out_dir, given: bool) -> str:
 OUT_FILES = ("sweep.json", "results.parquet", "results.csv", "results.json")
 
 
-def _check_out(out_dir, given: bool = True) -> None:
+def check_out(out_dir, given: bool = True) -> None:
     """Raise :class:`UserError` naming ``--out`` (or the default out folder when not
     ``given``) when ``out_dir``, or a folder above it, is a file or cannot be looked at, or
     when the out folder cannot be written: the check and the words of the other commands'
@@ -423,7 +423,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         spec = load_spec(spec)
     counts = {}
     points = expand(spec, counts)
-    _check_out(out_dir, out_given)
+    check_out(out_dir, out_given)
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     if not scheduler:                   # a cluster's workers check theirs: connect_scheduler
         _check_cache(cache, cache_dir is not None)

@@ -556,6 +556,19 @@ def test_more_pes_more_hb_bandwidth_and_peak():
     assert b["hb_gb"] == 2 * a["hb_gb"] == 8
 
 
+def test_check_refuses_an_out_folder_the_run_would_refuse(tmp_path, capsys):
+    """``--check`` refused a bad ``--cache`` but not a bad ``--out`` (exit status 0 for a
+    folder the run refuses: a new user's trial); it now says the run's words, making
+    nothing."""
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n")
+    for out, words in ((spec / "o", f"--out {spec / 'o'}: cannot make the out folder: "
+                                      f"{spec} is a file, not a folder"),
+                       (spec, f"--out {spec}: a file, not a folder")):
+        assert cli.main(["sweep", str(spec), "--check", "--out", str(out)]) == 2
+        assert capsys.readouterr().err.strip() == f"elmoe3d sweep: error: {words}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
 def test_check_notes_the_points_the_lpddr5_cannot_hold(tmp_path, capsys):
     """``--check`` builds each perf point's two models (``capacity_check``) and notes, before
     any run, the points whose LPDDR5 cannot hold them on ours and on the xPU baseline alone,
