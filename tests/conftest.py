@@ -194,6 +194,7 @@ SLOW = ("tests/cocotb/test_die.py",
         # die but no longer simulates it.
         "tests/amaranth/test_agg_link.py::test_latency_and_full_rate_streaming[G16-W64]",
         "tests/amaranth/test_die.py::test_ext_bad_mask_is_flagged_and_dropped",
+        "tests/amaranth/test_die.py::test_first_missing_group_index_is_flagged_and_dropped",
         "tests/amaranth/test_dram.py::test_ext_controller_flags_every_channel_and_clears_per_bit",
         "tests/amaranth/test_dram.py::test_per_bank_refresh_falls_back_on_random_traffic",
         "tests/amaranth/test_dram.py::test_per_bank_refresh_spares_the_bank_index_a_stream_reads[lpddr5]",

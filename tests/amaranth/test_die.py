@@ -395,3 +395,53 @@ def test_ext_bad_mask_is_flagged_and_dropped():
     assert set(seen["errors"]) == {flag}, "not exactly ext_bad_mask, sticky"
     assert not seen["desc"], "a bad-mask beat reached a scheduler"
     assert seen["taken"], "the good beat did not reach group 1's scheduler"
+
+
+def test_first_missing_group_index_is_flagged_and_dropped():
+    """A LINK or EXT beat naming group ``groups`` (the first index past the last group, not
+    only the largest the index field holds) is taken at once, sets ``errors.cmd_index`` and
+    nothing else, and reaches no queue (``cmd_room`` stays all ones); the same beats for the
+    last group are taken and flag nothing."""
+    from amaranth.sim import Simulator
+
+    arch = SMALL                                 # 4 PEs, 2 groups of 2
+    NG, P, G = arch.groups, arch.pes, arch.pes_per_group
+    die = LogicDie(config=arch, ext_channels=2)
+    E = die_errors_layout(arch, 2)
+    C = host_cmd_layout(arch)
+    assert (1 << C["index"].shape.width) > NG + 1  # index NG fits and is not the largest
+    X = ext_read_layout(P)
+    L = link_op_layout(G)
+    beats = {
+        HostQueue.LINK: lambda g: C.const({"queue": HostQueue.LINK, "index": g, "body": {
+            "link": L.const({"words": 1, "chunk": 1, "src_mask": 1, "dst_mask": 1})}}).as_bits(),
+        HostQueue.EXT: lambda g: C.const({"queue": HostQueue.EXT, "index": g, "body": {
+            "ext": X.const({"addr": 0, "words": 8,
+                            "dst_mask": 1 << (G * (g % NG))})}}).as_bits(),
+    }
+    all_room = (1 << (P + 2 * NG)) - 1
+    flag = E.const({"cmd_index": 1}).as_bits()
+    log = []
+
+    async def bench(ctx):
+        for good in (False, True):
+            for queue, beat in beats.items():
+                ctx.set(die.host_cmd.valid, 1)
+                ctx.set(die.host_cmd.payload.as_value(), beat(NG - 1 if good else NG))
+                taken = ctx.get(die.host_cmd.ready)
+                await ctx.tick()
+                ctx.set(die.host_cmd.valid, 0)
+                await ctx.tick()
+                log.append((queue.name, good, taken, ctx.get(die.errors.as_value()),
+                            None if good else ctx.get(die.cmd_room)))
+                ctx.set(die.errors_clear.as_value(), flag)
+                await ctx.tick()
+                ctx.set(die.errors_clear.as_value(), 0)
+                await ctx.tick()
+
+    sim = Simulator(die)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert log == [("LINK", False, 1, flag, all_room), ("EXT", False, 1, flag, all_room),
+                   ("LINK", True, 1, 0, None), ("EXT", True, 1, 0, None)]

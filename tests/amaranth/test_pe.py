@@ -675,6 +675,33 @@ def test_load_overlaps_gemm():
     assert got["cycles"] < got_s["cycles"]
 
 
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_gemm_waits_for_the_reload_of_the_buffer_it_follows(traffic):
+    """GEMM A releases buffer 0; GEMM B, decoded behind it, waits for buffer 0 again (its
+    weights are loaded after A's release, into the same words). A's one column block straddles
+    the buffer's lower half (words low - 8 .. low + 7), so neither half flag may drop before
+    A's last read: B's loads may not overwrite a word A still reads, and B may not start back
+    to back on the flag still set in A's last cycle. Both GEMMs' results are those of their
+    own weights: RTL == fsim == golden GEMM (and no word read and written in one cycle)."""
+    seed = 730
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    low = PE_CFG.wmem_low_words
+    assert low >= 8 and PE_CFG.wmem_words >= low + 8
+    m, k, n = 8, 16 * 32, L                           # one column block of 16 groups
+    a_q = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    qa, qb = random_weight(rng, n, k), random_weight(rng, n, k)
+    prog, ld_a = raw_gemm_program(a_q, qa, Mode.DRAFT, wbuf=0, w_base=low - 8)
+    _, ld_b = raw_gemm_program(a_q, qb, Mode.DRAFT, wbuf=0, w_base=low - 8, prog=prog,
+                               load_act=False)
+    got, _ = compare_with_fsim(prog, ld_a + ld_b, traffic=traffic, seed=seed)
+    rbn = -(-m // R)
+    half = len(got["link_o"]) // 2
+    for words, qw in ((got["link_o"][:half], qa), (got["link_o"][half:], qb)):
+        acc = raw_to_acc(words, m, n, Mode.DRAFT, rbn)
+        assert np.array_equal(acc, gemm(a_q, qw, Mode.DRAFT).acc)
+
+
 def test_one_memory_per_wmem_plane_same_cycles():
     """``wbuf_memories=1`` (both buffers of a WMEM plane in one memory, as on the FPGA): a
     FULL GEMM from buffer 0 (both planes and the scales) while the load engine fills buffer 1,
@@ -701,6 +728,51 @@ def test_one_memory_per_wmem_plane_same_cycles():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_scale_load_into_the_upper_half_waits_for_its_half(traffic):
+    """GEMM A reads only buffer 0's upper half (weight words low .., scale words low / 8 ..),
+    so its lower-half flag drops at its first read and its upper-half flag at its last. B's
+    first scale word (upper half, a LOAD without ``signal``) is queued ahead of B's other
+    loads: it must wait for the upper-half flag (A still reads that scale word; a scale word
+    is in the upper half from ``low / 8``, not ``low``). RTL == fsim == golden GEMM for both
+    (and no word read and written in one cycle)."""
+    seed = 731
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    low = PE_CFG.wmem_low_words
+    G = PE_CFG.wmem_words - low                       # A and B fill the upper half
+    assert low % 8 == 0 and G >= 16 and low // 8 < low
+    m, k, n = 8, G * 32, L
+    a_q = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    qa, qb = random_weight(rng, n, k), random_weight(rng, n, k)
+    acts = act_words(a_q)
+    prog, ld = asm.Program(PE_CFG), []
+
+    def load(target, addr, words, **kw):
+        prog.load(target, addr, len(words), **kw)
+        ld.extend(asm.words_to_ints(words))
+
+    def run_gemm():
+        prog.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=low, row_blocks=len(acts) // G,
+                  col_blocks=1, groups=G, sink=Sink.RAW, wait=True, release=True)
+    load(Target.ACT, 0, acts)
+    msb, _, scl = weight_words(qa)
+    load(Target.WMSB, low, msb, buf=0)
+    load(Target.WSCALE, low // 8, scl, buf=0, signal=True)
+    run_gemm()
+    msb, _, scl = weight_words(qb)
+    load(Target.WSCALE, low // 8, scl[:1], buf=0)     # no signal: waits for its half's flag
+    load(Target.WMSB, low, msb, buf=0)
+    load(Target.WSCALE, low // 8 + 1, scl[1:], buf=0, signal=True)
+    run_gemm()
+    got, _ = compare_with_fsim(prog, ld, traffic=traffic, seed=seed)
+    rbn = -(-m // R)
+    half = len(got["link_o"]) // 2
+    for words, qw in ((got["link_o"][:half], qa), (got["link_o"][half:], qb)):
+        acc = raw_to_acc(words, m, n, Mode.DRAFT, rbn)
+        assert np.array_equal(acc, gemm(a_q, qw, Mode.DRAFT).acc)
+
+
 def test_streamed_weights_parameters():
     """``streamed_weights`` needs a tile in passes and elaborates with one memory per plane
     and per buffer (the planes' geometry in the RTLIL: ``tests/tools/test_fpga_flow.py``)."""
@@ -1087,6 +1159,32 @@ def test_send_recv_accumulate_status(pe_options):
     assert st[0]["words_received"] == 10 and st[0]["words_sent"] == 13
 
 
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+@pytest.mark.parametrize("pe_options", [None, {"out_banks": 1, "fp32_units": 1}],
+                         ids=["out2", "out1"])
+def test_load_into_out_beside_recv_into_out(traffic, pe_options):
+    """A LOAD into OUT words 0 .. n-1 runs beside a RECV into OUT words n .. 2n-1 (no BARRIER
+    between them: the load engine and the execute engine write OUT in the same cycles, the
+    RECV first, the load when the bank of its word is free), then every word is sent back:
+    RTL == fsim, no word of either lost."""
+    seed = 732
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    OV, n = PE_CFG.q24_per_word, 24
+    base = rng.integers(-2**40, 2**40, (n, OV))
+    add = rng.integers(-2**40, 2**40, (n, OV))
+    prog = asm.Program(PE_CFG)
+    prog.load(Target.OUT, 0, n)
+    prog.recv(Target.OUT, n, n)
+    prog.barrier()
+    prog.send(Target.OUT, 0, 2 * n)
+    ld = asm.words_to_ints(asm.pack_q24(base, PE_CFG))
+    link_i = asm.words_to_ints(asm.pack_q24(add, PE_CFG))
+    got, _ = compare_with_fsim(prog, ld, link_i, traffic=traffic, seed=seed,
+                               pe_options=pe_options)
+    assert got["link_o"] == ld + link_i
+
+
 @pytest.mark.parametrize("out_valid_bits, out_banks, narrow_out",
                          [(True, 2, False), (False, 2, False), (False, 1, False),
                           (False, 1, True)],
@@ -1167,6 +1265,44 @@ def test_moe_program_from_builder(mode, pe_options):
     st = asm.unpack_status([d for k, d in got["o"] if k == OKind.STATUS][-1])
     assert (st["acc_overflow"], st["vpu_saturation"]) == (want.acc_overflow,
                                                           want.vpu_saturation)
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_load_into_act_beside_requant(traffic):
+    """A LOAD into ACT (words after REQUANT's, no fence) runs beside REQUANT: the load engine
+    has the ACT write port first, REQUANT's codes are held meanwhile and none is lost. The
+    codes, the TOK entries and the loaded words sent back: RTL == fsim."""
+    seed = 733
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    pe = PE_CFG
+    Q, OV = pe.q16_per_word, pe.q24_per_word
+    row_blocks = 2
+    rows, I = row_blocks * pe.rows, 4 * max(32, Q)
+    p, ld, link_i = asm.Program(pe), [], []
+
+    def load(target, addr, words, **kw):
+        p.load(target, addr, len(words), **kw)
+        ld.extend(asm.words_to_ints(words))
+
+    tok_words = -(-rows // OV)
+    act_words = row_blocks * I // 32
+    extra = pe.act_words - act_words
+    assert extra >= 16
+    h = rng.integers(-(1 << 20), 1 << 20, (rows, I)).astype(np.int32)
+    load(Target.HBUF, 0, np.ascontiguousarray(h).view(np.uint8).reshape(-1, pe.word_bytes))
+    rmax = np.zeros((1, Q), np.int64)
+    rmax[0, :rows] = np.abs(h.astype(np.int64)).max(axis=1)
+    p.barrier()
+    p.recv(Target.ROWMAX, 0, 1)
+    link_i += asm.words_to_ints(asm.pack_rowmax(rmax, pe))
+    p.requant(row_blocks=row_blocks, channels=I, act_base=0, tok_base=0)
+    load(Target.ACT, act_words, rng.integers(0, 256, (extra, pe.word_bytes), dtype=np.uint8))
+    p.barrier()
+    p.send(Target.ACT, 0, act_words + extra)
+    p.send(Target.TOK, 0, tok_words)
+    got, ref = compare_with_fsim(p, ld, link_i, traffic=traffic, seed=seed)
+    assert any(ref.link_o[:act_words])
 
 
 @pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
