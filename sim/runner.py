@@ -133,12 +133,16 @@ MAKE_OPT_QUICK = ("OPT_FAST=-Og", "OPT_SLOW=-O0", "OPT_GLOBAL=-O1",
 QUICK_ENV = "ELMOE3D_QUICK_BUILD"
 #: C++ standard added to ``CXXFLAGS`` unless the caller's flags choose one.
 CXX_STD = "-std=c++20"
-#: Verilator configuration-file line of a traced build (``waves="named"``, the default): no
+#: Verilator configuration-file lines of a traced build (``waves="named"``, the default): no
 #: waveform for Amaranth's anonymous temporaries, the expression nodes its Verilog names by
 #: number (``$1``, ``$2``, ...; 1,693 of the 2x4x32 tile's 2,367 traced signals) and Yosys's
-#: ``$auto$...`` wires. Ports, named signals and the names Amaranth made unique with a number
-#: (``even$57``) stay: Verilator matches the pattern against each signal's dotted name.
-WAVES_NAMED_ONLY = 'tracing_off -scope "*.$*"\n'
+#: ``$auto$...`` wires. Ports, named signals, the names Amaranth made unique with a number
+#: (``even$57``) and the signals it named by default (``$signal``: a register the tracer
+#: found no name for, ``[Signal(8) for _ in ...]``; ``$signature__addr``: a memory port's
+#: address, enable and data) stay: Verilator matches each pattern against each signal's dotted
+#: name (``*`` any text, dots too; no character classes, so a rule per leading digit).
+WAVES_NAMED_ONLY = "".join(f'tracing_off -scope "*.${d}*"\n' for d in "0123456789") + \
+    'tracing_off -scope "*.$auto$*"\n'
 #: Run folders kept per run name (``<build>/runs/<run-name>-p<pid>``), the new one included.
 RUNS_KEPT = 4
 
@@ -534,19 +538,31 @@ class Build:
         return f"dump.{self.wave_format}" if self.wave_format else None
 
 
+#: ``$WAVES`` values (any case) for no waveform, and for the named signals' (:func:`waves_mode`).
+WAVES_OFF = ("", "0", "no", "false", "off")
+WAVES_NAMED = ("1", "yes", "true", "on", "named")
+
+
 def waves_mode(waves):
     """The waveform mode of ``build(waves=...)``: None (no tracing), "named" (every signal but
     Amaranth's anonymous temporaries, :data:`WAVES_NAMED_ONLY`) or "all"; from ``$WAVES``
-    (1/yes/true/on, or "all") when ``waves`` is None."""
+    (1/yes/true/on or named, all; 0/no/false/off or nothing for none) when ``waves`` is None.
+    Raises ``ValueError`` for any other value, of ``waves`` or of ``$WAVES``."""
     if waves is None:
-        waves = os.environ.get("WAVES", "").strip().lower()
-        waves = "all" if waves == "all" else waves in ("1", "yes", "true", "on")
-    if waves == "all":
-        return "all"
-    if waves in (True, "named"):
-        return "named"
-    if waves is False:
-        return None
+        text = os.environ.get("WAVES", "").strip().lower()
+        if text in WAVES_OFF:
+            return None
+        if text in WAVES_NAMED:
+            return "named"
+        if text == "all":
+            return "all"
+        raise ValueError(f"$WAVES={os.environ['WAVES']!r}: expected {', '.join(WAVES_NAMED)} "
+                         f"(the named signals) or all (every signal); {', '.join(WAVES_OFF[1:])} "
+                         f"or nothing for no waveform")
+    if waves in ("named", "all"):
+        return waves
+    if isinstance(waves, int) and waves in (0, 1):     # True, False (and 1, 0: bool() did)
+        return "named" if waves else None
     raise ValueError(f"waves: expected True, False, 'named' or 'all', got {waves!r}")
 
 
@@ -770,7 +786,9 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
     make_opt = MAKE_OPT_QUICK if quick else MAKE_OPT
     import cocotb
     key = json.dumps({"verilog": verilog_text, "toplevel": toplevel, "args": args,
-                      "make": make_opt, "waves": waves, "trace": trace,
+                      "make": make_opt, "waves": waves,
+                      # the rules themselves: a build with other rules is another build
+                      "trace": WAVES_NAMED_ONLY if trace == "named" else trace,
                       "verilator": _verilator_version(),
                       "cocotb": cocotb.__version__, "cxx": os.environ.get("CXX", ""),
                       "cxxflags": os.environ.get("CXXFLAGS", "")}, sort_keys=True)

@@ -416,9 +416,10 @@ def execute(args, *, progress_factory=None) -> dict:
     try:
         args.config = _choice("--config", args.config, CONFIGS)
     except UserError as exc:
-        raise UserError(f"{exc} (the configurations run takes; "
-                        f"another preset or a configuration file runs in elmoe3d sweep's perf "
-                        f"task, and elmoe3d verilog, synth and paper-pe take it)") from None
+        raise UserError(f"{exc} (the configurations run takes; another preset's or a "
+                        f"configuration file's base: and config: run in a sweep spec's perf "
+                        f"task, with a workload:, docs/sweep.md; elmoe3d verilog, synth and "
+                        f"paper-pe take a configuration file)") from None
     from ..sim.traffic import BENCH_TRAFFIC
     # options of one backend or schedule only are refused elsewhere, not dropped
     if args.traffic is not None and backend != "rtl":

@@ -62,7 +62,7 @@ def configure(parser):
                              "(dump.vcd, much larger) where the C++ compiler lacks the lz4 "
                              "and zlib headers Verilator's FST writer needs; every signal but "
                              "Amaranth's anonymous temporaries ($1, $2, ...), or with "
-                             "'--waves all' those too (default: $WAVES, 1 or all)")
+                             "'--waves all' those too (default: $WAVES: 1 or named, all)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write every case record to OUT (JSON; checked before the "
                              "run, written only when the run completes)")
@@ -396,13 +396,16 @@ def run(args) -> int:
     traces = _check_inputs()
     ensure_build_root()                     # a folder that cannot be written: one line, now
     seed = resolve_seed(args.seed)
-    waves = waves_mode(args.waves)
+    try:
+        waves = waves_mode(args.waves)
+    except ValueError as exc:               # $WAVES's value: --waves's are argparse's choices
+        raise UserError(str(exc)) from None
     console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"
                   f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
     every = None if benches is None else \
         sum(len(vs) for bench in benches.values() for vs in bench.values())
     if waves and (chosen is None or len(chosen) == every):
-        console.print("      note: --waves of every test dumps GBs (1.65 GB of VCD measured); "
+        console.print("      note: --waves of every test dumps GBs (1.69 GB of VCD measured); "
                       "--test NAME --waves dumps one test's (--list-tests names them)")
 
     steps = 7

@@ -161,10 +161,21 @@ def _parse_int_list(text, option):
 
 
 def _configs(text):
+    from ..sw.host.sweep_spec import TABLE_SUFFIXES
     from . import comma_items, config_arch
-    archs = [config_arch(n) for n in comma_items(text, "--config")]
-    if len({a.name for a in archs}) < len(archs):
-        raise UserError(f"--config: {text!r} names a configuration twice")
+    # a configuration file whose path holds a comma is one item, not two
+    whole = str(text).lower().endswith(TABLE_SUFFIXES) and Path(text).is_file()
+    items = [text] if whole else comma_items(text, "--config")
+    archs = [config_arch(n) for n in items]
+    names = [a.name for a in archs]
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:
+        # two files may share a name: say which, as the report and the folders go by it
+        files = {Path(items[i]).resolve() for i, n in enumerate(names) if n == twice[0]
+                 and str(items[i]).lower().endswith(TABLE_SUFFIXES)}
+        raise UserError(f"--config: {text!r} names a configuration twice ({twice[0]}"
+                        + (", the name of two files: give each its own name:)"
+                           if len(files) > 1 else ")"))
     return archs
 
 

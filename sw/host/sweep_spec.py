@@ -78,7 +78,7 @@ from .paper_eval import HB_SIZES, TREE, ZIPF, ZIPF_MAX
 
 
 __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "build_arch",
-           "load_config", "read_table", "CONFIG_FILE_KEYS", "TABLE_SUFFIXES",
+           "load_config", "read_table", "config_items", "CONFIG_FILE_KEYS", "TABLE_SUFFIXES",
            "dropped_text",
            "compile_expr", "TASKS",
            "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
@@ -187,6 +187,11 @@ CONFIG_FILE_KEYS = ("base", "name", "config")
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
+def _module_form(name: str) -> str:
+    """``name`` as build folders and Verilog module names hold it (``-`` as ``_``), any case."""
+    return name.replace("-", "_").lower()
+
+
 def load_config(path) -> ArchConfig:
     """The configuration a file describes: a sweep spec's ``base`` preset with its ``config``
     fields replaced, one value each (``docs/sweep.md``; ``elmoe3d verilog``, ``synth`` and
@@ -228,26 +233,29 @@ def load_config(path) -> ArchConfig:
         problems.append(f"name: expected letters, digits, - and _ (it names build folders "
                         f"and Verilog modules), got {name!r}"
                         + ("" if "name" in raw else " (the file's stem; give a name:)"))
-    elif name.lower() in PRESETS:
-        problems.append(f"name: {name!r} is a preset's; name the configuration otherwise")
-    body = raw.get("config", {}) or {}
+    elif (twin := next((p for p in PRESETS if _module_form(p) == _module_form(name)),
+                       None)) is not None:
+        # build folders and module names write - as _ (pe_paper_4gb, elmoe3d_pe_paper_4gb)
+        problems.append(f"name: {name!r} is a preset's"
+                        + ("" if name.lower() == twin else
+                           f" ({twin}: build folders and Verilog modules write - as _)")
+                        + "; name the configuration otherwise")
+    body = raw.get("config")
+    body = {} if body is None else body             # "config:" alone: no field changed
     config = {}
     if not isinstance(body, dict):
         problems.append("config: expected a table of fields")
         body = {}
-    for key, value in body.items():
-        items = [(f"tile.{k}", v) for k, v in value.items()] \
-            if key == "tile" and isinstance(value, dict) else [(key, value)]
-        for k, v in items:
-            if k not in CONFIG_FIELDS:
-                problems.append(f"config: {_unknown('field', k, CONFIG_FIELDS, body)}")
-            elif isinstance(v, (list, dict)):
-                problems.append(f"config.{k}: expected one value, got {v!r} (a list or range "
-                                f"is a sweep's axis: elmoe3d sweep)")
-            elif base is not None and (why := _type_problem(v, _field(_preset(base), k))):
-                problems.append(f"config.{k}: {why}")
-            else:
-                config[k] = v
+    for k, v, _ in config_items(body, problems.append):
+        if k not in CONFIG_FIELDS:
+            problems.append(f"config: {_unknown('field', k, CONFIG_FIELDS, body)}")
+        elif isinstance(v, (list, dict)):
+            problems.append(f"config.{k}: expected one value, got {v!r} (a list or range "
+                            f"is a sweep's axis: elmoe3d sweep)")
+        elif base is not None and (why := _type_problem(v, _field(_preset(base), k))):
+            problems.append(f"config.{k}: {why}")
+        else:
+            config[k] = v
     if problems:
         raise UserError("\n".join(f"{where}: {p}" for p in problems))
     try:
@@ -596,21 +604,16 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
         if not isinstance(body, dict):
             note(f"{section}: expected a table of fields")
             continue
-        for key, value in body.items():
-            if section == "config" and key == "tile" and isinstance(value, dict):
-                items = [(f"tile.{k}", v) for k, v in value.items()]
-            else:
-                items = [(key, value)]
-            for k, v in items:
-                if k not in known:
-                    given = [g for g, _ in items] + list(body)
-                    note(f"{section}: {_unknown('field', k, known, given)}")
-                    meant.update(f"{section}.{c}" for c in close_names(k, known, given))
-                    continue
-                try:
-                    out[k] = _axis(path, section, k, v, sampling)
-                except UserError as exc:
-                    _note(problems, exc, path)
+        for k, v, items in config_items(body, note, nested=section == "config"):
+            if k not in known:
+                given = [g for g, _ in items] + list(body)
+                note(f"{section}: {_unknown('field', k, known, given)}")
+                meant.update(f"{section}.{c}" for c in close_names(k, known, given))
+                continue
+            try:
+                out[k] = _axis(path, section, k, v, sampling)
+            except UserError as exc:
+                _note(problems, exc, path)
     if "hb" in workload:
         hbs = []
         for v in workload["hb"]["values"]:
@@ -679,6 +682,25 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                      samples=samples, config=config, workload=workload,
                      constraints=compiled, tasks=tasks, text_hash=digest, raw=raw,
                      models=models)
+
+
+def config_items(body: dict, note, *, nested: bool = True):
+    """``(field, value, items)`` of a spec's or configuration file's ``config`` table, a
+    ``tile: {rows: 8}`` table as ``tile.rows`` (``nested``; ``items``: the pairs the key gave,
+    for the did-you-mean of an unknown one). A field given in both forms (YAML and TOML refuse
+    a key twice in one table, not across the two) is a mistake, ``note(message)``, and left
+    out."""
+    seen = set()
+    for key, value in body.items():
+        items = [(f"tile.{k}", v) for k, v in value.items()] \
+            if nested and key == "tile" and isinstance(value, dict) else [(key, value)]
+        for k, v in items:
+            if k in seen:
+                note(f"config.{k}: given twice (tile: {{{k.split('.', 1)[1]}: ...}} and {k}); "
+                     f"give it once")
+                continue
+            seen.add(k)
+            yield k, v, items
 
 
 def _unknown(what: str, key, known, given=()) -> str:

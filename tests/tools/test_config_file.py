@@ -74,6 +74,10 @@ def test_every_mistake_is_a_line_naming_the_file(tmp_path):
     ("base: small\nname: my die\n", "name: expected letters, digits, - and _ (it names build "
                                     "folders and Verilog modules), got 'my die'"),
     ("base: small\nconfig: [pes]\n", "config: expected a table of fields"),
+    # a false, zero, empty text or empty list is no table either (it was taken as none)
+    ("base: small\nconfig: false\n", "config: expected a table of fields"),
+    ("base: small\nconfig: 0\n", "config: expected a table of fields"),
+    ("base: small\nconfig: []\n", "config: expected a table of fields"),
     ("- base\n", "expected a table of base, name, config"),
     # a configuration ArchConfig refuses, and one whose PE cannot be built
     ("base: paper-4gb\nconfig: {pes: 10}\n", "pes: 10 is not a multiple of pes_per_group (4)"),
@@ -84,6 +88,48 @@ def test_one_mistake(tmp_path, text, message):
     with pytest.raises(UserError) as err:
         load_config(path)
     assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+
+
+@pytest.mark.parametrize("name, twin", [("paper-4gb", None), ("PAPER-8GB", None),
+                                        ("paper_4gb", "paper-4gb"), ("Paper_8GB", "paper-8gb")])
+def test_a_name_that_is_a_presets_in_module_form_is_refused(tmp_path, name, twin):
+    """A name that is a preset's once ``-`` is ``_`` names the preset's Verilog modules
+    (``elmoe3d_tensor_tile_paper_4gb``) and build folders (``pe_paper_4gb-...``): refused as
+    the preset's own name is."""
+    with pytest.raises(UserError) as err:
+        load_config(_write(tmp_path, f"base: small\nname: {name}\n"))
+    said = f" ({twin}: build folders and Verilog modules write - as _)" if twin else ""
+    assert str(err.value).endswith(f"name: {name!r} is a preset's{said}; name the "
+                                   f"configuration otherwise")
+
+
+@pytest.mark.parametrize("text", [
+    "base: paper-4gb\nconfig:\n  tile: {rows: 8}\n  tile.rows: 16\n",
+    "base: paper-4gb\nconfig:\n  tile.rows: 16\n  tile: {rows: 8, lanes: 16}\n",
+    'base = "paper-4gb"\n[config]\n"tile.rows" = 8\n[config.tile]\nrows = 16\n'])
+def test_a_tile_field_given_in_both_forms_is_refused(tmp_path, text):
+    """``tile: {rows: 8}`` beside ``tile.rows: 16`` names one field twice: refused, not the
+    later value taken (the file's parser refuses a key twice in one table only)."""
+    path = _write(tmp_path, text, "mine.toml" if "=" in text else "mine.yaml")
+    with pytest.raises(UserError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: config.tile.rows: given twice (tile: {{rows: ...}} and " \
+                             f"tile.rows); give it once"
+
+
+def test_a_sweep_spec_refuses_a_tile_field_given_in_both_forms():
+    from elmoe3d.sw.host.sweep_spec import parse_spec
+    with pytest.raises(UserError) as err:
+        parse_spec({"workload": {"model": ["qwen3-30b-a3b"]},
+                    "config": {"tile": {"rows": [8]}, "tile.rows": [16]}}, path="s.yaml")
+    assert "s.yaml: config.tile.rows: given twice (tile: {rows: ...} and tile.rows); give " \
+           "it once" in str(err.value).splitlines()
+
+
+def test_config_alone_or_empty_changes_nothing(tmp_path):
+    for text in ("base: small\nname: mine\nconfig:\n", "base: small\nname: mine\nconfig: {}\n"):
+        assert load_config(_write(tmp_path, text)) == \
+            dataclasses.replace(preset("small"), name="mine")
 
 
 def test_a_stem_that_cannot_be_a_name_asks_for_one(tmp_path):
@@ -132,11 +178,37 @@ def test_verilog_lists_and_exports_at_a_configuration_file(tmp_path, capsys):
 def test_synth_refuses_a_configuration_twice_and_a_bad_file(tmp_path, capsys):
     assert cli.main(["synth", "--config", f"{EXAMPLE},{EXAMPLE}"]) == 2
     assert capsys.readouterr().err.strip() == \
-        f"elmoe3d synth: error: --config: '{EXAMPLE},{EXAMPLE}' names a configuration twice"
+        f"elmoe3d synth: error: --config: '{EXAMPLE},{EXAMPLE}' names a configuration twice " \
+        f"(paper-4gb-8pe-t8x16)"
     bad = _write(tmp_path, "base: small\nconfig: {tile.rows: 0}\n")
     assert cli.main(["synth", "--config", f"small,{bad}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"elmoe3d synth: error: --config {bad}: ") and "rows" in err
+
+
+def test_synth_names_two_files_of_one_name(tmp_path, capsys):
+    """Two different files that share a ``name:`` are not "a configuration twice": the
+    error says which name, and that the files need names of their own."""
+    a = _write(tmp_path, "base: small\nname: mine\n", "a.yaml")
+    b = _write(tmp_path, "base: small\nname: mine\nconfig: {wmem_bytes: 16384}\n", "b.yaml")
+    assert cli.main(["synth", "--config", f"{a},{b}"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"elmoe3d synth: error: --config: '{a},{b}' names a configuration twice (mine, the " \
+        f"name of two files: give each its own name:)"
+    assert cli.main(["synth", "--config", "paper-4gb,PAPER-4GB"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "elmoe3d synth: error: --config: 'paper-4gb,PAPER-4GB' names a configuration twice " \
+        "(paper-4gb)"
+
+
+def test_synth_takes_a_configuration_file_whose_path_holds_a_comma(tmp_path, monkeypatch):
+    """A file ``my,die.yaml`` is one configuration (it was split into ``my`` and
+    ``die.yaml``: "--config .../my: unknown configuration")."""
+    import elmoe3d.cli.synth as synth
+    path = _write(tmp_path, "base: small\nname: mine\n", "my,die.yaml")
+    assert [a.name for a in synth._configs(str(path))] == ["mine"]
+    assert [a.name for a in synth._configs(f"small,{EXAMPLE}")] == \
+        ["small", "paper-4gb-8pe-t8x16"]
 
 
 def test_paper_pe_takes_the_file_and_replaces_its_tile(tmp_path, capsys):

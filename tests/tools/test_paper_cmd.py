@@ -420,8 +420,9 @@ def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
                      "paper-16gb"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "elmoe3d run: error: --config paper-16gb: expected one of small, paper-4gb, paper-8gb "
-        "(the configurations run takes; another preset or a configuration file runs in elmoe3d "
-        "sweep's perf task, and elmoe3d verilog, synth and paper-pe take it)"]
+        "(the configurations run takes; another preset's or a configuration file's base: and "
+        "config: run in a sweep spec's perf task, with a workload:, docs/sweep.md; elmoe3d "
+        "verilog, synth and paper-pe take a configuration file)"]
 
 
 @pytest.mark.parametrize("figure", ["fig14", "fig15"])

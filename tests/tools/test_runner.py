@@ -286,8 +286,8 @@ def test_waves_leave_out_anonymous_temporaries(tiny_bench):
                             testcase="passes", waves="all")
     assert (named.build.trace, every.build.trace) == ("named", "all")
     assert named.build.build_dir != every.build.build_dir
-    assert (named.build.build_dir / "waves.vlt").read_text().splitlines() == [
-        "`verilator_config", 'tracing_off -scope "*.$*"']
+    assert (named.build.build_dir / "waves.vlt").read_text() == \
+        f"`verilator_config\n{runner.WAVES_NAMED_ONLY}"
     assert not (every.build.build_dir / "waves.vlt").exists()
     if named.build.wave_format != "vcd":
         pytest.skip("the names are read from a VCD; this machine's Verilator writes FST")
@@ -300,19 +300,67 @@ def test_waves_leave_out_anonymous_temporaries(tiny_bench):
     assert all(".$" in n for n in anonymous)
 
 
+class Unnamed(wiring.Component):
+    """Registers and a memory port Amaranth names by default: ``$signal``, ``$signal$N`` (a
+    list of signals, whose names the tracer cannot find) and ``$signature__addr`` /
+    ``$signature__data`` (a read port made in a list)."""
+    a: In(4)
+    b: Out(8)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Signal
+        from amaranth.lib.memory import Memory
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=8, depth=16, init=range(16))
+        port = [mem.read_port() for _ in range(1)][0]
+        regs = [Signal(8) for _ in range(2)]
+        m.d.comb += [port.addr.eq(self.a), self.b.eq(regs[1] + 1)]
+        m.d.sync += [regs[0].eq(port.data), regs[1].eq(regs[0])]
+        return m
+
+
+def test_waves_keep_the_signals_amaranth_named_by_default(tiny_bench):
+    """``$signal`` (registers: state, not an expression) and ``$signature__*`` (a memory
+    port's address and data) are no anonymous temporaries: a named-only waveform keeps them,
+    and drops the numbered ``$1``, ``$2``, ... and Yosys's ``$auto$...`` only."""
+    named = runner.simulate(Unnamed(), name="tiny_unnamed", test_module=tiny_bench,
+                            testcase="records_seed", waves=True)
+    if named.build.wave_format != "vcd":
+        pytest.skip("the names are read from a VCD; this machine's Verilator writes FST")
+    names = [n.removeprefix("tiny_unnamed.") for n in _traced_names(named)]
+    assert "$signal" in names and any(re.fullmatch(r"\$signal\$\d+", n) for n in names)
+    assert any(n.startswith("$signature__addr") for n in names)
+    assert any(n.startswith("$signature__data") for n in names)
+    assert not [n for n in names if re.match(r"\$(\d|auto\$)", n)]
+
+
 @pytest.mark.parametrize("given, env, mode", [
     (True, "", "named"), ("named", "all", "named"), ("all", "", "all"), (False, "1", None),
     (None, "1", "named"), (None, "on", "named"), (None, "all", "all"), (None, "ALL", "all"),
-    (None, "", None), (None, "0", None)])
+    (None, "", None), (None, "0", None),
+    # the CLI's own word (--waves named) is $WAVES's too; it used to trace nothing
+    (None, "named", "named"), (None, " Named ", "named"), (None, "off", None),
+    (None, "false", None), (1, "", "named"), (0, "1", None)])
 def test_waves_mode(monkeypatch, given, env, mode):
     monkeypatch.setenv("WAVES", env)
     assert runner.waves_mode(given) == mode
 
 
-def test_waves_mode_refuses_other_values():
+@pytest.mark.parametrize("given", ["every", 2, "1", "True"])
+def test_waves_mode_refuses_other_values(given):
     with pytest.raises(ValueError, match="waves: expected True, False, 'named' or 'all', "
-                                         "got 'every'"):
-        runner.waves_mode("every")
+                                         f"got {re.escape(repr(given))}"):
+        runner.waves_mode(given)
+
+
+@pytest.mark.parametrize("env", ["2", "every", "vcd", "fst"])
+def test_waves_mode_refuses_other_env_values(monkeypatch, env):
+    """A $WAVES the runner does not know is refused, not taken as "no waveform" (a run of
+    minutes that then has none)."""
+    monkeypatch.setenv("WAVES", env)
+    with pytest.raises(ValueError, match=rf"\$WAVES='{env}': expected 1, yes, true, on, named "
+                                         r"\(the named signals\) or all"):
+        runner.waves_mode(None)
 
 
 # -- make variables, environment, runtime cache, run folders ---------------------------------

@@ -230,6 +230,23 @@ def test_waves_mode_reaches_the_build_and_is_said(fake_sim, capsys, monkeypatch,
         assert "note: --waves of every test dumps GBs" in out
 
 
+def test_an_unknown_waves_env_value_is_one_line_before_the_build(fake_sim, capsys,
+                                                                  monkeypatch):
+    """``WAVES=2`` (or any value the runner does not know) is refused before any build; it
+    used to run the whole bench without a waveform."""
+    fake_sim([([_record("minilm L0 up", "minilm")], {}), ([_record("random gemm", "random")], {}),
+              ([_record("throughput", "random", fraction=1.0, latency=3)], {})])
+
+    def build_tile(cfg, waves=None):
+        raise AssertionError("built")
+    monkeypatch.setattr(bench_tile, "build_tile", build_tile)
+    monkeypatch.setenv("WAVES", "2")
+    rc, out, err = sim_run(capsys)
+    assert rc == 2 and err.splitlines() == [
+        "elmoe3d sim: error: $WAVES='2': expected 1, yes, true, on, named (the named signals) "
+        "or all (every signal); 0, no, false, off or nothing for no waveform"]
+
+
 def test_a_truncated_routing_trace_is_refused_before_the_build(tmp_path, monkeypatch, capsys):
     """A routing trace cut mid-line: ``elmoe3d sim`` names the file and line before building
     anything (it used to build, run and count the bench's crash as mismatches), and the
