@@ -240,14 +240,18 @@ def tail_freeze_program(config, seed=16):
     return p, ld
 
 
-def requant_pad_program(config, seed=14, *, pad_rows=1, row_blocks=2):
-    """REQUANT with ``pad_rows`` padding rows (the last row block's last rows): HBUF rows and
-    their row maxima from ``ld`` / ``link_i``, ACT and TOK filled with random bytes first (so
-    the zero codes and the untouched ``e_h`` of the padding rows show), the codes and the token
-    table sent back on ``link_o``. Returns ``(program, ld, link_i)``."""
+def requant_pad_program(config, seed=14, *, pad_rows=1, row_blocks=2, channels=2,
+                        load_beside=0):
+    """REQUANT with ``pad_rows`` padding rows (the last row block's last rows) over
+    ``channels * max(32, Q)`` channels: HBUF rows and their row maxima from ``ld`` /
+    ``link_i``, ACT and TOK filled with random bytes first (so the zero codes and the untouched
+    ``e_h`` of the padding rows show), the codes and the token table sent back on ``link_o``.
+    ``load_beside``: that many random ACT words loaded after the codes' words while REQUANT
+    runs (no fence: the load engine takes the ACT write port first, REQUANT's codes wait) and
+    sent back after the codes. Returns ``(program, ld, link_i)``."""
     np, asm, pe, rng = _overlap_setup(seed, config)
     R, Q, OV = pe.rows, pe.q16_per_word, pe.q24_per_word
-    rows, I = row_blocks * R, 2 * max(32, Q)
+    rows, I = row_blocks * R, channels * max(32, Q)
     p, ld, link_i = asm.Program(pe), [], []
 
     def load(target, addr, words, **kw):
@@ -266,8 +270,12 @@ def requant_pad_program(config, seed=14, *, pad_rows=1, row_blocks=2):
     p.recv(Target.ROWMAX, 0, 1)
     link_i += asm.words_to_ints(asm.pack_rowmax(rmax, pe))
     p.requant(row_blocks=row_blocks, channels=I, act_base=0, tok_base=0, pad_rows=pad_rows)
+    if load_beside:
+        assert act_words + load_beside <= pe.act_words
+        load(Target.ACT, act_words,
+             rng.integers(0, 256, (load_beside, pe.word_bytes), dtype=np.uint8))
     p.barrier()
-    p.send(Target.ACT, 0, act_words)
+    p.send(Target.ACT, 0, act_words + load_beside)
     p.send(Target.TOK, 0, tok_words)
     p.status()
     return p, ld, link_i

@@ -19,7 +19,7 @@ import pytest
 from amaranth.hdl import Fragment, Value
 from amaranth.sim import Simulator
 
-from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK
+from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK, requant_pad_program
 from ..pe_sim import shared_pe
 from ..real_inputs import MINILM_HIDDEN, MINILM_LAYER, MOE_EXPERTS, MOE_INTER, minilm_moe
 from elmoe3d.config import FPGA_LEAN_PE, preset
@@ -1274,35 +1274,10 @@ def test_load_into_act_beside_requant(traffic):
     codes, the TOK entries and the loaded words sent back: RTL == fsim."""
     seed = 733
     print(f"seed={seed}")
-    rng = np.random.default_rng(seed)
-    pe = PE_CFG
-    Q, OV = pe.q16_per_word, pe.q24_per_word
-    row_blocks = 2
-    rows, I = row_blocks * pe.rows, 4 * max(32, Q)
-    p, ld, link_i = asm.Program(pe), [], []
-
-    def load(target, addr, words, **kw):
-        p.load(target, addr, len(words), **kw)
-        ld.extend(asm.words_to_ints(words))
-
-    tok_words = -(-rows // OV)
-    act_words = row_blocks * I // 32
-    extra = pe.act_words - act_words
-    assert extra >= 16
-    h = rng.integers(-(1 << 20), 1 << 20, (rows, I)).astype(np.int32)
-    load(Target.HBUF, 0, np.ascontiguousarray(h).view(np.uint8).reshape(-1, pe.word_bytes))
-    rmax = np.zeros((1, Q), np.int64)
-    rmax[0, :rows] = np.abs(h.astype(np.int64)).max(axis=1)
-    p.barrier()
-    p.recv(Target.ROWMAX, 0, 1)
-    link_i += asm.words_to_ints(asm.pack_rowmax(rmax, pe))
-    p.requant(row_blocks=row_blocks, channels=I, act_base=0, tok_base=0)
-    load(Target.ACT, act_words, rng.integers(0, 256, (extra, pe.word_bytes), dtype=np.uint8))
-    p.barrier()
-    p.send(Target.ACT, 0, act_words + extra)
-    p.send(Target.TOK, 0, tok_words)
-    got, ref = compare_with_fsim(p, ld, link_i, traffic=traffic, seed=seed)
-    assert any(ref.link_o[:act_words])
+    prog, ld, link_i = requant_pad_program(PE_CFG, seed, pad_rows=0, channels=4,
+                                           load_beside=16)
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=traffic, seed=seed)
+    assert any(ref.link_o[:8 * max(32, PE_CFG.q16_per_word) // 32])
 
 
 @pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
