@@ -135,11 +135,6 @@ def _check_name(name) -> None:
         raise UserError(f"--name {name}: a Verilog or SystemVerilog keyword; choose another")
 
 
-def _arch(name):
-    from . import config_arch
-    return config_arch(name)
-
-
 def _label(entry, twins) -> str:
     """``entry``'s parameters that differ from its ``twins`` (other instances of its class)."""
     from ..synth.rollup import param_differences
@@ -273,7 +268,8 @@ def run(args) -> int:
     from ..sim.runner import module_ports, port_directions
     from ..synth.export import (ExportError, die_blocks, flat_verilog, hierarchical_verilog,
                                 memory_list, sdc, sram_liberty, sram_models)
-    arch = _arch(args.config)
+    from . import config_arch
+    arch = config_arch(args.config)
     macro_files = [(option, path) for option, path in (("--sram-models", args.sram_models),
                                                         ("--sram-liberty", args.sram_liberty),
                                                         ("--memories", args.memories))
